@@ -1,0 +1,28 @@
+// LLTM recurrent cell: schema-level declarations shared by the CPU and CUDA kernels.
+//
+// Shapes (B batch, F input features, S state size):
+//   input B×F, weights 3S×(S+F), bias 3S, old_h B×S, old_cell B×S.
+// lltm_forward returns (new_h, new_cell, gates, X) where gates (B×3S) holds the activated
+// input gate, output gate and candidate cell side by side and X = cat([old_h, input], 1);
+// both are what lltm_backward needs and nothing more.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
+
+#include <tuple>
+
+namespace tensortools::lltm {
+
+// Validates the forward arguments (ranks, shapes, dtypes in `allowed`, one device).
+void check_forward_args(const at::Tensor& input, const at::Tensor& weights,
+                        const at::Tensor& bias, const at::Tensor& old_h,
+                        const at::Tensor& old_cell, c10::ArrayRef<at::ScalarType> allowed);
+
+// Validates the backward arguments against each other.
+void check_backward_args(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                         const at::Tensor& new_cell, const at::Tensor& gates,
+                         const at::Tensor& X, const at::Tensor& weights,
+                         c10::ArrayRef<at::ScalarType> allowed);
+
+}  // namespace tensortools::lltm

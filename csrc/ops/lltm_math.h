@@ -1,0 +1,55 @@
+// Pointwise maths of the LLTM cell, shared by the CPU and CUDA kernels so that both
+// compute exactly the same thing. `T` is the type computed in (float for half types).
+#pragma once
+
+#include <c10/macros/Macros.h>
+
+#include <cmath>
+
+namespace tensortools::lltm {
+
+template <typename T>
+C10_HOST_DEVICE inline T sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+
+template <typename T>
+C10_HOST_DEVICE inline T elu(T x) {
+  return x > T(0) ? x : std::expm1(x);
+}
+
+// d elu(x)/dx written in terms of y = elu(x): 1 where x > 0, else exp(x) = y + 1.
+// (y > 0 exactly when x > 0.)
+template <typename T>
+C10_HOST_DEVICE inline T d_elu_from_output(T y) {
+  return y > T(0) ? T(1) : y + T(1);
+}
+
+// One element of the forward pass. Takes the three pre-activation gates, returns the
+// activated gates through the same references, and the new cell and hidden state.
+template <typename T>
+C10_HOST_DEVICE inline void forward_element(T& i, T& o, T& c, T old_cell, T& new_cell,
+                                            T& new_h) {
+  i = sigmoid(i);
+  o = sigmoid(o);
+  c = elu(c);
+  new_cell = old_cell + c * i;
+  new_h = std::tanh(new_cell) * o;
+}
+
+// One element of the backward pass, from the activated gates (ig, og, cc), the new cell
+// and the incoming gradients. Writes the gradients of the three pre-activation gates and
+// of old_cell.
+template <typename T>
+C10_HOST_DEVICE inline void backward_element(T ig, T og, T cc, T new_cell, T grad_h,
+                                             T grad_cell, T& d_i, T& d_o, T& d_c,
+                                             T& d_old_cell) {
+  const T t = std::tanh(new_cell);
+  const T d_cell = grad_cell + grad_h * og * (T(1) - t * t);
+  d_old_cell = d_cell;
+  d_i = d_cell * cc * ig * (T(1) - ig);
+  d_o = grad_h * t * og * (T(1) - og);
+  d_c = d_cell * ig * d_elu_from_output(cc);
+}
+
+}  // namespace tensortools::lltm

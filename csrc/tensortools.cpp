@@ -1,0 +1,16 @@
+// The extension module tensortools._C: claims the `tensortools` operator namespace (each
+// operator's schema is added by its own file in ops/) and holds the Python-facing helpers.
+#include <torch/extension.h>
+#include <torch/library.h>
+
+// Operators are defined with TORCH_LIBRARY_FRAGMENT next to their kernels.
+TORCH_LIBRARY(tensortools, m) {}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "tensortools compiled kernels; operators are under torch.ops.tensortools";
+#ifdef WITH_CUDA
+  m.attr("with_cuda") = true;
+#else
+  m.attr("with_cuda") = false;
+#endif
+}

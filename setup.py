@@ -1,0 +1,50 @@
+"""Builds tensortools and its extension module tensortools._C.
+
+Build against the torch you have installed:
+    pip install --no-build-isolation -e .
+Environment: FORCE_CUDA=1 builds the CUDA kernels without a visible GPU,
+TORCH_CUDA_ARCH_LIST picks the GPU architectures, MAX_JOBS bounds parallel compile jobs,
+TENSORTOOLS_DEBUG=1 compiles with -O0 -g.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+try:
+    from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
+except ImportError as exc:
+    raise SystemExit(
+        "tensortools is built against an installed torch, which was not found. Install "
+        "torch first (e.g. pip install torch==2.13.0), then build with "
+        "`pip install --no-build-isolation -e .`"
+    ) from exc
+
+ROOT = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("_tensortools_extension",
+                                               ROOT / "tensortools" / "_extension.py")
+_extension = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = _extension  # dataclasses look their module up while defining
+_spec.loader.exec_module(_extension)
+cfg = _extension.build_config()
+
+Extension = CUDAExtension if cfg.with_cuda else CppExtension
+extra_compile_args = {"cxx": cfg.cxx_flags}
+if cfg.with_cuda:
+    extra_compile_args["nvcc"] = cfg.nvcc_flags
+
+setup(
+    packages=find_packages(include=["tensortools", "tensortools.*"]),
+    ext_modules=[
+        Extension(
+            "tensortools._C",
+            cfg.sources,
+            define_macros=cfg.define_macros,
+            extra_compile_args=extra_compile_args,
+            extra_link_args=cfg.link_flags,
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+)

@@ -1,0 +1,14 @@
+"""tensortools: custom PyTorch tensor types and fused operators with C++/CUDA kernels.
+
+The compiled operators are registered under ``torch.ops.tensortools`` on import.
+"""
+
+from tensortools._native import C as _C
+from tensortools import nn, ops, reference
+
+__version__ = "0.1.0"
+
+with_cuda: bool = _C.with_cuda
+"""Whether this build of tensortools has CUDA kernels."""
+
+__all__ = ["nn", "ops", "reference", "with_cuda", "__version__"]

@@ -1,0 +1,87 @@
+"""How the C++/CUDA extension is built: one description for setup.py and the JIT path.
+
+This module imports nothing from tensortools, so setup.py can load it from its path
+before the package (and its compiled part) exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parent.parent
+CSRC = ROOT / "csrc"
+
+# Compiled only when there are no CUDA kernels: it gives CUDA tensors a clear error.
+_CUDA_MISSING = Path("ops") / "cuda_missing.cpp"
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildConfig:
+    sources: list[str]  # relative to ROOT
+    with_cuda: bool
+    define_macros: list[tuple[str, str | None]]
+    cxx_flags: list[str]
+    nvcc_flags: list[str]
+    link_flags: list[str]
+
+
+def _want_cuda() -> bool:
+    """CUDA kernels are built with a CUDA torch and nvcc present, or when FORCE_CUDA=1."""
+    if os.environ.get("FORCE_CUDA", "0") == "1":
+        return True
+    import torch
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    return torch.version.cuda is not None and CUDA_HOME is not None
+
+
+def build_config() -> BuildConfig:
+    cpp = sorted(p.relative_to(CSRC) for p in CSRC.rglob("*.cpp"))
+    cu = sorted(p.relative_to(CSRC) for p in CSRC.rglob("*.cu"))
+    with_cuda = bool(cu) and _want_cuda()
+    if with_cuda:
+        cpp.remove(_CUDA_MISSING)
+    else:
+        cu = []
+    sources = [str(Path("csrc") / p) for p in cpp + cu]
+    debug = os.environ.get("TENSORTOOLS_DEBUG", "0") == "1"
+    opt = ["-O0", "-g"] if debug else ["-O3"]
+    return BuildConfig(
+        sources=sources,
+        with_cuda=with_cuda,
+        define_macros=[("WITH_CUDA", None)] if with_cuda else [],
+        # at::parallel_for is inlined from ATen's headers and runs on OpenMP; the OpenMP
+        # runtime resolves to the libgomp torch already loaded (same soname).
+        cxx_flags=[*opt, "-fopenmp"],
+        nvcc_flags=[*opt, "--use_fast_math"] if not debug else opt,
+        link_flags=["-fopenmp"],
+    )
+
+
+def jit_load(verbose: bool = False) -> ModuleType:
+    """Compile the same sources with torch.utils.cpp_extension.load and import them."""
+    from torch.utils.cpp_extension import load
+
+    cfg = build_config()
+    print(
+        "tensortools: TENSORTOOLS_JIT is set, compiling the C++"
+        f"{'/CUDA' if cfg.with_cuda else ''} sources with torch.utils.cpp_extension.load "
+        "(the first import takes a while; later ones reuse the build)",
+        file=sys.stderr,
+        flush=True,
+    )
+    macros = [f"-D{name}" if value is None else f"-D{name}={value}"
+              for name, value in cfg.define_macros]
+    return load(
+        name="tensortools_jit_C",
+        sources=[str(ROOT / s) for s in cfg.sources],
+        extra_cflags=cfg.cxx_flags + macros,
+        extra_cuda_cflags=cfg.nvcc_flags + macros,
+        extra_ldflags=cfg.link_flags,
+        with_cuda=cfg.with_cuda,
+        verbose=verbose,
+    )

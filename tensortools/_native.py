@@ -1,0 +1,34 @@
+"""Loads the compiled extension, which registers the ``torch.ops.tensortools`` operators.
+
+Normally that is the module ``tensortools._C`` built by ``setup.py``. With
+``TENSORTOOLS_JIT=1`` (or ``=verbose``) the same sources are compiled at import time by
+``torch.utils.cpp_extension.load`` instead, announced on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+import torch  # noqa: F401  (the extension links against torch's libraries)
+
+
+def _load() -> ModuleType:
+    jit = os.environ.get("TENSORTOOLS_JIT", "0")
+    if jit not in ("", "0"):
+        from tensortools._extension import jit_load
+
+        return jit_load(verbose=jit == "verbose")
+    try:
+        from tensortools import _C
+    except ImportError as exc:
+        raise ImportError(
+            "tensortools._C, the compiled part of tensortools, could not be imported "
+            f"({exc}). Build it with `bash scripts/run.sh setup` or "
+            "`pip install --no-build-isolation -e .`, or set TENSORTOOLS_JIT=1 to compile "
+            "it at import time."
+        ) from exc
+    return _C
+
+
+C = _load()

@@ -1,0 +1,30 @@
+"""The maths of tensortools' operators in plain PyTorch.
+
+Autograd differentiates these; they are the correctness reference for the tests and the
+baseline for the benchmarks.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["lltm"]
+
+
+def lltm(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
+         old_cell: Tensor) -> tuple[Tensor, Tensor]:
+    """One LLTM step. Shapes: input B×F, weights 3S×(S+F), bias 3S, old_h and old_cell B×S.
+
+    Returns ``(new_h, new_cell)``, both B×S.
+    """
+    X = torch.cat([old_h, input], dim=1)
+    gates = F.linear(X, weights, bias)
+    i, o, c = gates.chunk(3, dim=1)
+    input_gate = torch.sigmoid(i)
+    output_gate = torch.sigmoid(o)
+    candidate_cell = F.elu(c)
+    new_cell = old_cell + candidate_cell * input_gate
+    new_h = torch.tanh(new_cell) * output_gate
+    return new_h, new_cell

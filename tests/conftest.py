@@ -1,0 +1,28 @@
+import pytest
+import torch
+
+import tensortools
+
+
+def cuda_usable() -> bool:
+    return torch.cuda.is_available() and tensortools.with_cuda
+
+
+def pytest_collection_modifyitems(config, items):
+    if cuda_usable():
+        return
+    reason = ("no CUDA GPU" if not torch.cuda.is_available()
+              else "tensortools was built without CUDA")
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+# Every device test runs on the CPU, and on CUDA where it can.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)

@@ -1,0 +1,287 @@
+"""tensortools.ops.lltm against the plain-PyTorch reference, and its error handling."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tensortools
+from tensortools import ops, reference
+from conftest import DEVICES
+from lltm_cases import NAMES, compare, make_args, random_grads, run
+
+# (batch, features, state): tiny odd sizes, batch 1, the tutorial size, and a state size
+# above 1024 that is not a power of two.
+SIZES = [(3, 17, 5), (1, 17, 5), (16, 32, 128), (4, 8, 1031)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch,features,state", SIZES)
+def test_matches_reference_float64(batch, features, state, device):
+    args = make_args(batch, features, state, device=device)
+    compare(args, random_grads(batch, state, device=device), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch,features,state", [(16, 32, 128), (64, 1024, 128)])
+def test_float32_close_to_float64_reference(batch, features, state, device):
+    # Tolerance for float32: within 1e-5 relative + 1e-5 absolute of the float64 maths,
+    # i.e. a few float32 ulps after a reduction over S+F <= 1152 products.
+    args = make_args(batch, features, state, device=device)
+    grads = random_grads(batch, state, device=device)
+    out32, grads32 = run(ops.lltm, [a.float() for a in args], [g.float() for g in grads])
+    out64, grads64 = run(reference.lltm, args, grads)
+    for a, b in zip(out32 + grads32, out64 + grads64):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=st.integers(0, 9), features=st.integers(1, 12), state=st.integers(1, 12),
+       seed=st.integers(0, 2**31 - 1))
+def test_random_shapes_match_reference(batch, features, state, seed):
+    torch.manual_seed(seed)
+    args = make_args(batch, features, state)
+    compare(args, random_grads(batch, state), rtol=1e-10, atol=1e-12)
+
+
+def test_extreme_values_match_reference():
+    # Saturated gates (|x| large), exact zeros, and a mix of signs in the candidate cell.
+    args = list(make_args(4, 6, 7))
+    args[2] = torch.tensor([-80.0, -1e-300, 0.0, 1e-300, 50.0, 700.0, -700.0] * 3,
+                           dtype=torch.float64)
+    compare(tuple(args), random_grads(4, 7), rtol=1e-10, atol=1e-12)
+
+
+def test_nan_propagates_like_reference():
+    args = list(make_args(2, 3, 4))
+    args[0] = args[0].clone()
+    args[0][1, 0] = float("nan")
+    new_h, new_cell = ops.lltm(*args)
+    ref_h, ref_cell = reference.lltm(*args)
+    torch.testing.assert_close(new_h, ref_h, equal_nan=True)
+    torch.testing.assert_close(new_cell, ref_cell, equal_nan=True)
+    assert new_h[1].isnan().all() and not new_h[0].isnan().any()
+
+
+def test_gradcheck():
+    args = make_args(3, 5, 4, requires_grad=True)
+    assert torch.autograd.gradcheck(ops.lltm, args)
+
+
+def test_double_backward_is_refused():
+    args = make_args(2, 3, 4, requires_grad=True)
+    (g,) = torch.autograd.grad(ops.lltm(*args)[0].sum(), args[0], create_graph=True)
+    with pytest.raises(RuntimeError, match="does not support double backward"):
+        g.sum().backward()
+
+
+def test_only_one_output_used():
+    # Autograd hands the backward zeros for the unused output.
+    args = make_args(3, 5, 4, requires_grad=True)
+    (ops.lltm(*args)[1] * 2).sum().backward()
+    ref_args = tuple(a.detach().requires_grad_() for a in args)
+    (reference.lltm(*ref_args)[1] * 2).sum().backward()
+    for a, r in zip(args, ref_args):
+        torch.testing.assert_close(a.grad, r.grad)
+
+
+def test_opcheck_forward():
+    args = make_args(3, 5, 4, requires_grad=True)
+    torch.library.opcheck(torch.ops.tensortools.lltm_forward.default, args)
+
+
+def test_opcheck_backward():
+    args = make_args(3, 5, 4)
+    _, new_cell, gates, X = torch.ops.tensortools.lltm_forward(*args)
+    grads = random_grads(3, 4)
+    torch.library.opcheck(torch.ops.tensortools.lltm_backward.default,
+                          (*grads, new_cell, gates, X, args[1]))
+
+
+def test_forward_outputs_for_backward_are_not_differentiable():
+    args = make_args(3, 5, 4, requires_grad=True)
+    new_h, _, gates, X = torch.ops.tensortools.lltm_forward(*args)
+    assert new_h.requires_grad
+    assert not gates.requires_grad and not X.requires_grad
+
+
+def test_compile_fullgraph_op():
+    args = make_args(4, 6, 5)
+    compiled = torch.compile(ops.lltm, fullgraph=True, backend="aot_eager")
+    for a, b in zip(compiled(*args), ops.lltm(*args)):
+        torch.testing.assert_close(a, b)
+
+
+def _strided_variants(batch, features, state):
+    """Same values as make_args, laid out non-contiguous, transposed and expanded."""
+    dense = make_args(batch, features, state)
+    input_t = dense[0].t().contiguous().t()  # transposed storage
+    weights_t = dense[1].t().contiguous().t()
+    bias_e = torch.randn(1, dtype=torch.float64).expand(3 * state)  # stride 0
+    wide_h = torch.randn(batch, 2 * state, dtype=torch.float64)
+    wide_h[:, ::2] = dense[3]
+    old_h_s = wide_h[:, ::2]  # every other column
+    old_cell_e = dense[4][:1].expand(batch, state)  # one row repeated
+    strided = (input_t, weights_t, bias_e, old_h_s, old_cell_e)
+    contiguous = tuple(t.contiguous() for t in strided)
+    assert not any(t.is_contiguous() for t in strided)
+    return strided, contiguous
+
+
+def test_non_contiguous_inputs_and_grads():
+    batch, state = 5, 6
+    strided, contiguous = _strided_variants(batch, 7, state)
+    grads_e = (torch.randn(1, state, dtype=torch.float64).expand(batch, state),
+               torch.randn(batch, 1, dtype=torch.float64).expand(batch, state))
+    grads_c = tuple(g.contiguous() for g in grads_e)
+    out_s, g_s = run(ops.lltm, strided, grads_e)
+    out_c, g_c = run(ops.lltm, contiguous, grads_c)
+    for a, b in zip(out_s + g_s, out_c + g_c):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    compare(strided, grads_e, rtol=1e-10, atol=1e-12)
+
+
+def test_sum_backward_gradients_are_expanded():
+    # h.sum() hands the backward an expanded (stride 0) gradient.
+    args = make_args(4, 3, 5, requires_grad=True)
+    new_h, new_cell = ops.lltm(*args)
+    (new_h.sum() + new_cell.sum()).backward()
+    ref_args = tuple(a.detach().requires_grad_() for a in args)
+    ref_h, ref_cell = reference.lltm(*ref_args)
+    (ref_h.sum() + ref_cell.sum()).backward()
+    for a, r in zip(args, ref_args):
+        torch.testing.assert_close(a.grad, r.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_zero_batch_gives_empty_results_and_zero_parameter_grads():
+    args = make_args(0, 4, 3, requires_grad=True)
+    new_h, new_cell = ops.lltm(*args)
+    assert new_h.shape == (0, 3) and new_cell.shape == (0, 3)
+    (new_h.sum() + new_cell.sum()).backward()
+    assert args[0].grad.shape == (0, 4)
+    assert torch.equal(args[1].grad, torch.zeros_like(args[1]))
+    assert torch.equal(args[2].grad, torch.zeros_like(args[2]))
+
+
+# --- bad input -------------------------------------------------------------------------
+
+B, F, S = 4, 3, 5
+_good = make_args(B, F, S)
+
+
+def _with(index, value):
+    args = list(_good)
+    args[index] = value
+    return args
+
+
+WRONG_SHAPES = [
+    # (argument index, bad tensor, words the message must contain)
+    (0, torch.randn(B, dtype=torch.float64), "'input' must be 2-D"),
+    (0, torch.randn(B, F, 1, dtype=torch.float64), "'input' must be 2-D"),
+    (0, torch.randn(B + 1, F, dtype=torch.float64), "'old_h' must have shape [5, 5]"),
+    (1, torch.randn(3 * S, dtype=torch.float64), "'weights' must have shape [15, 8]"),
+    (1, torch.randn(3 * S, S + F + 1, dtype=torch.float64), "'weights' must have shape"),
+    (2, torch.randn(3 * S, 1, dtype=torch.float64), "'bias' must have shape [15]"),
+    (2, torch.randn(S, dtype=torch.float64), "'bias' must have shape [15]"),
+    (3, torch.randn(B, dtype=torch.float64), "'old_h' must be 2-D"),
+    (3, torch.randn(B - 1, S, dtype=torch.float64), "'old_h' must have shape [4, 5]"),
+    (4, torch.randn(B, S + 1, dtype=torch.float64), "'old_cell' must have shape [4, 5]"),
+    (4, torch.randn(B * S, dtype=torch.float64), "'old_cell' must have shape [4, 5]"),
+]
+
+
+@pytest.mark.parametrize("index,bad,words", WRONG_SHAPES,
+                         ids=[f"{NAMES[i]}-{tuple(t.shape)}" for i, t, _ in WRONG_SHAPES])
+def test_wrong_shape_names_the_argument(index, bad, words):
+    with pytest.raises(ValueError) as info:
+        ops.lltm(*_with(index, bad))
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize("index", range(1, 5), ids=NAMES[1:])
+def test_mismatched_dtype_names_the_argument(index):
+    with pytest.raises(TypeError, match=f"'{NAMES[index]}' must have the same dtype as "
+                                        r"'input' \(Double\), got Float"):
+        ops.lltm(*_with(index, _good[index].float()))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.float16,
+                                   torch.bfloat16, torch.complex64])
+def test_unsupported_dtype(dtype):
+    with pytest.raises(TypeError, match="'input' must have dtype Float or Double on cpu"):
+        ops.lltm(*[a.to(dtype) for a in _good])
+
+
+@pytest.mark.parametrize("index", range(5), ids=NAMES)
+def test_non_tensor_argument(index):
+    with pytest.raises(TypeError, match=f"'{NAMES[index]}' must be a torch.Tensor, got list"):
+        ops.lltm(*_with(index, _good[index].tolist()))
+
+
+def test_sparse_argument():
+    with pytest.raises(TypeError, match="'weights' must be a dense"):
+        ops.lltm(*_with(1, _good[1].to_sparse()))
+
+
+def test_backward_op_checks_its_arguments():
+    _, new_cell, gates, X = torch.ops.tensortools.lltm_forward(*_good)
+    grads = random_grads(B, S)
+    with pytest.raises(ValueError, match=r"'gates' must have shape \[4, 15\]"):
+        torch.ops.tensortools.lltm_backward(*grads, new_cell, gates[:, :S], X, _good[1])
+    with pytest.raises(TypeError, match="'grad_h' must have the same dtype as 'new_cell'"):
+        torch.ops.tensortools.lltm_backward(grads[0].float(), grads[1], new_cell, gates, X,
+                                            _good[1])
+
+
+# --- devices ---------------------------------------------------------------------------
+
+def _tensortools_ops():
+    return sorted(n for n in torch._C._dispatch_get_all_op_names()
+                  if n.startswith("tensortools::"))
+
+
+def test_every_op_has_cpu_and_cuda_kernels():
+    names = _tensortools_ops()
+    assert "tensortools::lltm_forward" in names
+    for name in names:
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU"), name
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "CUDA"), name
+
+
+@pytest.mark.skipif(tensortools.with_cuda, reason="this build has CUDA kernels")
+def test_cuda_tensors_on_cpu_only_build_give_clear_error():
+    # Send the arguments to the CUDA kernel directly: it needs no GPU to answer.
+    cuda = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+    with pytest.raises(RuntimeError, match="tensortools was built without CUDA"):
+        torch.ops.tensortools.lltm_forward.default.redispatch(cuda, *_good)
+
+
+# --- overriding ------------------------------------------------------------------------
+
+class Recorder:
+    """A user type with __torch_function__ that records what reaches it."""
+
+    calls = []
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.calls.append((func, types))
+        unwrapped = [a.tensor if isinstance(a, Recorder) else a for a in args]
+        return tuple(Recorder(t) for t in func(*unwrapped, **(kwargs or {})))
+
+
+@pytest.mark.parametrize("index", range(5), ids=NAMES)
+def test_user_type_intercepts_lltm(index):
+    Recorder.calls.clear()
+    new_h, new_cell = ops.lltm(*_with(index, Recorder(_good[index])))
+    assert len(Recorder.calls) == 1
+    func, types = Recorder.calls[0]
+    assert func is ops.lltm and Recorder in types
+    ref_h, ref_cell = reference.lltm(*_good)
+    torch.testing.assert_close(new_h.tensor, ref_h)
+    torch.testing.assert_close(new_cell.tensor, ref_cell)
