@@ -67,7 +67,7 @@ PY
 build() {
   local so
   so=$(ls tensortools/_C*.so 2>/dev/null | head -n 1 || true)
-  if [[ -n "$so" ]] && [[ -z "$(find csrc setup.py -newer "$so" -print -quit)" ]] \
+  if [[ -n "$so" ]] && [[ -z "$(find csrc setup.py tensortools/_extension.py -newer "$so" -print -quit)" ]] \
       && "$PY" -m pip show --quiet tensortools >/dev/null 2>&1; then
     return 0
   fi

@@ -4,7 +4,8 @@ Each function here is overridable: when an argument defines ``__torch_function__
 call goes through :func:`torch.overrides.handle_torch_function`, so tensor-like types can
 intercept it. The fake (meta) kernels and the autograd formulas of the underlying
 operators are registered next to their wrappers, so ``torch.compile(fullgraph=True)``
-traces the operators and autograd differentiates them.
+traces the operators. Autograd is registered in C++, for the Autograd dispatch key, so
+the hand-written backward runs without a Python layer.
 """
 
 from __future__ import annotations
@@ -77,31 +78,3 @@ def _lltm_backward_fake(grad_h, grad_cell, new_cell, gates, X, weights):
         X.new_empty(batch, state),
         new_cell.new_empty(batch, state),
     )
-
-
-def _lltm_setup_context(ctx, inputs, output):
-    weights = inputs[1]
-    _, new_cell, gates, X = output
-    ctx.save_for_backward(new_cell, gates, X, weights)
-    ctx.mark_non_differentiable(gates, X)
-
-
-def _lltm_backward(ctx, grad_h, grad_cell, _grad_gates, _grad_X):
-    new_cell, gates, X, weights = ctx.saved_tensors
-    return torch.ops.tensortools.lltm_backward.default(
-        grad_h, grad_cell, new_cell, gates, X, weights)
-
-
-def _lltm_double_backward(ctx, *grads):
-    raise RuntimeError(
-        "tensortools.ops.lltm does not support double backward (differentiating its "
-        "gradient); use tensortools.reference.lltm for higher-order gradients")
-
-
-torch.library.register_autograd(
-    "tensortools::lltm_forward", _lltm_backward, setup_context=_lltm_setup_context)
-# Without this, autograd would record the matrix products inside the backward kernel but
-# not its pointwise pass, and a second derivative would come out silently wrong.
-torch.library.register_autograd(
-    "tensortools::lltm_backward", _lltm_double_backward,
-    setup_context=lambda ctx, inputs, output: None)

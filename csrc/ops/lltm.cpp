@@ -1,6 +1,7 @@
 // LLTM: operator schemas and argument checks. Kernels live in cpu/ and cuda/.
 #include "lltm.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include "../checks.h"
@@ -11,6 +12,24 @@ namespace {
 constexpr const char* kForward = "tensortools.lltm";
 constexpr const char* kBackward = "tensortools.lltm_backward";
 }  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_forward(
+    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
+    const at::Tensor& old_h, const at::Tensor& old_cell) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("tensortools::lltm_forward", "")
+                       .typed<decltype(lltm_forward)>();
+  return op.call(input, weights, bias, old_h, old_cell);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_backward(
+    const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
+    const at::Tensor& gates, const at::Tensor& X, const at::Tensor& weights) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("tensortools::lltm_backward", "")
+                       .typed<decltype(lltm_backward)>();
+  return op.call(grad_h, grad_cell, new_cell, gates, X, weights);
+}
 
 void check_forward_args(const at::Tensor& input, const at::Tensor& weights,
                         const at::Tensor& bias, const at::Tensor& old_h,

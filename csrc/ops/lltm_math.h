@@ -1,5 +1,6 @@
 // Pointwise maths of the LLTM cell, shared by the CPU and CUDA kernels so that both
-// compute exactly the same thing. `T` is the type computed in (float for half types).
+// compute the same thing. `T` is the type computed in (float for half types); `M` supplies
+// exp, expm1 and tanh (StdMath: the C++ library's, usable in device code too).
 #pragma once
 
 #include <c10/macros/Macros.h>
@@ -8,14 +9,29 @@
 
 namespace tensortools::lltm {
 
-template <typename T>
+struct StdMath {
+  template <typename T>
+  C10_HOST_DEVICE static T exp(T x) {
+    return std::exp(x);
+  }
+  template <typename T>
+  C10_HOST_DEVICE static T expm1(T x) {
+    return std::expm1(x);
+  }
+  template <typename T>
+  C10_HOST_DEVICE static T tanh(T x) {
+    return std::tanh(x);
+  }
+};
+
+template <typename T, typename M = StdMath>
 C10_HOST_DEVICE inline T sigmoid(T x) {
-  return T(1) / (T(1) + std::exp(-x));
+  return T(1) / (T(1) + M::exp(-x));
 }
 
-template <typename T>
+template <typename T, typename M = StdMath>
 C10_HOST_DEVICE inline T elu(T x) {
-  return x > T(0) ? x : std::expm1(x);
+  return x > T(0) ? x : M::expm1(x);
 }
 
 // d elu(x)/dx written in terms of y = elu(x): 1 where x > 0, else exp(x) = y + 1.
@@ -27,24 +43,24 @@ C10_HOST_DEVICE inline T d_elu_from_output(T y) {
 
 // One element of the forward pass. Takes the three pre-activation gates, returns the
 // activated gates through the same references, and the new cell and hidden state.
-template <typename T>
+template <typename T, typename M = StdMath>
 C10_HOST_DEVICE inline void forward_element(T& i, T& o, T& c, T old_cell, T& new_cell,
                                             T& new_h) {
-  i = sigmoid(i);
-  o = sigmoid(o);
-  c = elu(c);
+  i = sigmoid<T, M>(i);
+  o = sigmoid<T, M>(o);
+  c = elu<T, M>(c);
   new_cell = old_cell + c * i;
-  new_h = std::tanh(new_cell) * o;
+  new_h = M::tanh(new_cell) * o;
 }
 
 // One element of the backward pass, from the activated gates (ig, og, cc), the new cell
 // and the incoming gradients. Writes the gradients of the three pre-activation gates and
 // of old_cell.
-template <typename T>
+template <typename T, typename M = StdMath>
 C10_HOST_DEVICE inline void backward_element(T ig, T og, T cc, T new_cell, T grad_h,
                                              T grad_cell, T& d_i, T& d_o, T& d_c,
                                              T& d_old_cell) {
-  const T t = std::tanh(new_cell);
+  const T t = M::tanh(new_cell);
   const T d_cell = grad_cell + grad_h * og * (T(1) - t * t);
   d_old_cell = d_cell;
   d_i = d_cell * cc * ig * (T(1) - ig);

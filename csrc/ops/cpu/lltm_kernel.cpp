@@ -11,9 +11,83 @@
 #include "../../checks.h"
 #include "../lltm.h"
 #include "../lltm_math.h"
+#include "vec_math.h"
+
+// The float32 row loops are compiled once per x86-64 level and picked at load time for the
+// CPU at hand, so they vectorise as wide as it allows and still run on any x86-64.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TENSORTOOLS_TARGET_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TENSORTOOLS_TARGET_CLONES
+#endif
 
 namespace tensortools::lltm {
 namespace {
+
+// Rows [b0, b1) of the forward pass; `gates` (B×3S, pre-activation) is overwritten with
+// the activated gates.
+template <typename T, typename M>
+TENSORTOOLS_ALWAYS_INLINE void forward_rows(T* __restrict gates,
+                                            const T* __restrict old_cell,
+                                            T* __restrict new_cell, T* __restrict new_h,
+                                            int64_t b0, int64_t b1, int64_t S) {
+  for (int64_t b = b0; b < b1; ++b) {
+    T* gi = gates + b * 3 * S;
+    T* go = gi + S;
+    T* gc = go + S;
+    const T* ocb = old_cell + b * S;
+    T* ncb = new_cell + b * S;
+    T* nhb = new_h + b * S;
+#pragma omp simd
+    for (int64_t j = 0; j < S; ++j) {
+      forward_element<T, M>(gi[j], go[j], gc[j], ocb[j], ncb[j], nhb[j]);
+    }
+  }
+}
+
+// Rows [b0, b1) of the backward pass.
+template <typename T, typename M>
+TENSORTOOLS_ALWAYS_INLINE void backward_rows(const T* __restrict gates,
+                                             const T* __restrict new_cell,
+                                             const T* __restrict grad_h,
+                                             const T* __restrict grad_cell,
+                                             T* __restrict d_gates, T* __restrict d_old_cell,
+                                             int64_t b0, int64_t b1, int64_t S) {
+  for (int64_t b = b0; b < b1; ++b) {
+    const T* gi = gates + b * 3 * S;
+    T* di = d_gates + b * 3 * S;
+    const int64_t r = b * S;
+#pragma omp simd
+    for (int64_t j = 0; j < S; ++j) {
+      backward_element<T, M>(gi[j], gi[S + j], gi[2 * S + j], new_cell[r + j], grad_h[r + j],
+                             grad_cell[r + j], di[j], di[S + j], di[2 * S + j],
+                             d_old_cell[r + j]);
+    }
+  }
+}
+
+// float32 takes the vectorisable maths; float64 keeps the C library's.
+TENSORTOOLS_TARGET_CLONES void forward_pass(float* g, const float* oc, float* nc, float* nh,
+                                            int64_t b0, int64_t b1, int64_t S) {
+  forward_rows<float, cpu::FastMathF32>(g, oc, nc, nh, b0, b1, S);
+}
+
+void forward_pass(double* g, const double* oc, double* nc, double* nh, int64_t b0,
+                  int64_t b1, int64_t S) {
+  forward_rows<double, StdMath>(g, oc, nc, nh, b0, b1, S);
+}
+
+TENSORTOOLS_TARGET_CLONES void backward_pass(const float* g, const float* nc, const float* gh,
+                                             const float* gcell, float* dg, float* doc,
+                                             int64_t b0, int64_t b1, int64_t S) {
+  backward_rows<float, cpu::FastMathF32>(g, nc, gh, gcell, dg, doc, b0, b1, S);
+}
+
+void backward_pass(const double* g, const double* nc, const double* gh, const double* gcell,
+                   double* dg, double* doc, int64_t b0, int64_t b1, int64_t S) {
+  backward_rows<double, StdMath>(g, nc, gh, gcell, dg, doc, b0, b1, S);
+}
 
 // Rows per task: enough elements that a task outweighs the cost of waking a thread.
 int64_t grain_rows(int64_t state_size) {
@@ -40,17 +114,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_forward_cpu(
     scalar_t* nc = new_cell.data_ptr<scalar_t>();
     scalar_t* nh = new_h.data_ptr<scalar_t>();
     at::parallel_for(0, B, grain_rows(S), [&](int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b) {
-        scalar_t* gi = g + b * 3 * S;
-        scalar_t* go = gi + S;
-        scalar_t* gc = go + S;
-        const scalar_t* ocb = oc + b * S;
-        scalar_t* ncb = nc + b * S;
-        scalar_t* nhb = nh + b * S;
-        for (int64_t j = 0; j < S; ++j) {
-          forward_element<scalar_t>(gi[j], go[j], gc[j], ocb[j], ncb[j], nhb[j]);
-        }
-      }
+      forward_pass(g, oc, nc, nh, begin, end, S);
     });
   });
   return {new_h, new_cell, gates, X};
@@ -78,25 +142,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_back
     scalar_t* dg = d_gates.data_ptr<scalar_t>();
     scalar_t* doc = d_old_cell.data_ptr<scalar_t>();
     at::parallel_for(0, B, grain_rows(S), [&](int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b) {
-        const scalar_t* gi = g + b * 3 * S;
-        scalar_t* di = dg + b * 3 * S;
-        const int64_t r = b * S;
-        for (int64_t j = 0; j < S; ++j) {
-          backward_element<scalar_t>(gi[j], gi[S + j], gi[2 * S + j], nc[r + j], gh[r + j],
-                                     gcell[r + j], di[j], di[S + j], di[2 * S + j],
-                                     doc[r + j]);
-        }
-      }
+      backward_pass(g, nc, gh, gcell, dg, doc, begin, end, S);
     });
   });
 
-  // X = [old_h | input], so d_X = d_gates @ weights splits by the columns of weights;
-  // two products into fresh tensors avoid slicing (and copying) one d_X.
+  // X = [old_h | input]: one product gives d_X, whose two column blocks are copied out
+  // (cheaper than a second matrix product, and outputs must not share storage).
   at::Tensor d_weights = at::mm(d_gates.t(), X);
   at::Tensor d_bias = d_gates.sum(/*dim=*/0);
-  at::Tensor d_old_h = at::mm(d_gates, weights.narrow(1, 0, S));
-  at::Tensor d_input = at::mm(d_gates, weights.narrow(1, S, F));
+  at::Tensor d_X = at::mm(d_gates, weights);
+  at::Tensor d_old_h = d_X.narrow(1, 0, S).contiguous();
+  at::Tensor d_input = d_X.narrow(1, S, F).contiguous();
   return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
 }
 

@@ -1,0 +1,147 @@
+"""Benchmarks of tensortools against plain PyTorch, timed with torch.utils.benchmark.
+
+``python -m tensortools.bench`` runs them and prints a table; :func:`lltm_rows` is the
+library form the demo uses. Numbers are medians over many runs after warm-up; they are
+measurements of this machine, never assertions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import time
+from typing import Callable, Iterable
+
+import torch
+from torch.utils import benchmark
+
+from tensortools import ops, reference
+
+__all__ = ["LLTM_SIZES", "Row", "machine_summary", "lltm_rows", "format_table"]
+
+# (batch, features, state): the tutorial size and a wider input.
+LLTM_SIZES: tuple[tuple[int, int, int], ...] = ((16, 32, 128), (64, 1024, 128))
+PHASES = ("forward", "backward", "forward+backward")
+
+
+@dataclasses.dataclass
+class Row:
+    """One timing: a variant of one phase at one size, in microseconds."""
+
+    size: tuple[int, int, int]
+    dtype: str
+    device: str
+    variant: str
+    phase: str
+    median_us: float
+    iqr_us: float
+    runs: int
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_summary() -> str:
+    device = (torch.cuda.get_device_name() if torch.cuda.is_available()
+              else f"{_cpu_name()} CPU")
+    return (f"{device}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+            f"Python {platform.python_version()}")
+
+
+def _time(fn: Callable[[], object], min_run_time: float) -> benchmark.Measurement:
+    fn()  # warm-up (and, for torch.compile, the compilation)
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn},
+                            num_threads=torch.get_num_threads())
+    return timer.blocked_autorange(min_run_time=min_run_time)
+
+
+def _sync(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time_each(prepare: Callable[[], object], step: Callable[[object], object],
+               min_run_time: float, device: str, label: str) -> benchmark.Measurement:
+    """Time `step(prepare())` with `prepare` left out of the clock, run by run.
+
+    For a backward pass, which needs a fresh forward each time (compiled graphs may donate
+    their buffers, so one graph cannot be replayed with retain_graph).
+    """
+    step(prepare())  # warm-up
+    times: list[float] = []
+    spent = 0.0
+    while spent < min_run_time or len(times) < 10:
+        state = prepare()
+        _sync(device)
+        start = time.perf_counter()
+        step(state)
+        _sync(device)
+        times.append(time.perf_counter() - start)
+        spent += times[-1]
+    return benchmark.Measurement(1, times, benchmark.TaskSpec(stmt=label, setup=""))
+
+
+def _lltm_variants(compile: bool) -> dict[str, Callable]:
+    variants = {"reference (eager)": reference.lltm}
+    if compile:
+        variants["reference (torch.compile)"] = torch.compile(reference.lltm)
+    variants["tensortools op"] = ops.lltm
+    return variants
+
+
+def lltm_rows(sizes: Iterable[tuple[int, int, int]] = LLTM_SIZES, *,
+              dtype: torch.dtype = torch.float32, device: str = "cpu",
+              compile: bool = True, min_run_time: float = 0.5,
+              progress: Callable[[str], None] | None = None) -> list[Row]:
+    """Time LLTM forward, backward and both for each variant at each size."""
+    rows = []
+    for size in sizes:
+        batch, features, state = size
+        g = {"dtype": dtype, "device": device}
+        weights = torch.randn(3 * state, state + features, **g).div_((state + features) ** 0.5)
+        params = [torch.randn(batch, features, **g), weights, torch.randn(3 * state, **g),
+                  torch.randn(batch, state, **g), torch.randn(batch, state, **g)]
+        params = [p.requires_grad_() for p in params]
+        grads = (torch.randn(batch, state, **g), torch.randn(batch, state, **g))
+        for name, fn in _lltm_variants(compile).items():
+            if progress:
+                progress(f"LLTM {size} {name}")
+
+            def forward(fn=fn):
+                return fn(*params)
+
+            def both(fn=fn):
+                return torch.autograd.grad(fn(*params), params, grads)
+
+            measurements = (
+                _time(forward, min_run_time),
+                _time_each(forward, lambda outs: torch.autograd.grad(outs, params, grads),
+                           min_run_time, device, f"{name} backward"),
+                _time(both, min_run_time),
+            )
+            for phase, m in zip(PHASES, measurements):
+                rows.append(Row(size, str(dtype).removeprefix("torch."), device, name, phase,
+                                m.median * 1e6, m.iqr * 1e6, len(m.times)))
+    return rows
+
+
+def format_table(rows: list[Row], baseline: str = "reference (eager)") -> str:
+    """A text table: one line per size, phase and variant, with the speed-up over
+    `baseline` (its median divided by the variant's)."""
+    base = {(r.size, r.phase): r.median_us for r in rows if r.variant == baseline}
+    lines = [f"{'size (B/F/S)':<14} {'phase':<17} {'variant':<26} {'median':>10} "
+             f"{'IQR':>9} {'speed-up':>9}"]
+    for r in rows:
+        size = "/".join(map(str, r.size))
+        ratio = base.get((r.size, r.phase), float("nan")) / r.median_us
+        lines.append(f"{size:<14} {r.phase:<17} {r.variant:<26} {r.median_us:>8.1f}us "
+                     f"{r.iqr_us:>7.1f}us {ratio:>8.2f}x")
+    return "\n".join(lines)

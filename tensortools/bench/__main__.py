@@ -1,0 +1,50 @@
+"""python -m tensortools.bench: LLTM timings of the fused op against plain PyTorch."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+import torch
+
+from tensortools.bench import LLTM_SIZES, format_table, lltm_rows, machine_summary
+
+
+def _size(text: str) -> tuple[int, int, int]:
+    try:
+        batch, features, state = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"size must be B/F/S, e.g. 16/32/128, got {text!r}")
+    return batch, features, state
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tensortools.bench", description=__doc__)
+    parser.add_argument("--size", type=_size, action="append",
+                        help="B/F/S (repeatable); default: 16/32/128 and 64/1024/128")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="leave out torch.compile of the reference")
+    parser.add_argument("--min-run-time", type=float, default=1.0,
+                        help="seconds of timed runs per measurement (default 1.0)")
+    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    args = parser.parse_args(argv)
+
+    print(f"machine: {machine_summary()}")
+    rows = lltm_rows(args.size or LLTM_SIZES, dtype=getattr(torch, args.dtype),
+                     device=args.device, compile=not args.no_compile,
+                     min_run_time=args.min_run_time,
+                     progress=lambda what: print(f"  timing {what}", file=sys.stderr))
+    print(format_table(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine_summary(),
+                       "rows": [dataclasses.asdict(r) for r in rows]}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
