@@ -59,7 +59,7 @@ def build_config() -> BuildConfig:
         # No FP traps or errno are relied on; saying so lets the compiler if-convert and
         # vectorise the pointwise loops (results are unchanged).
         cxx_flags=[*opt, "-fopenmp", "-fno-trapping-math", "-fno-math-errno"],
-        nvcc_flags=[*opt, "--use_fast_math"] if not debug else opt,
+        nvcc_flags=opt,
         link_flags=["-fopenmp"],
     )
 

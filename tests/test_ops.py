@@ -36,6 +36,29 @@ def test_float32_close_to_float64_reference(batch, features, state, device):
         torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-5)
 
 
+def test_float32_accuracy_over_wide_range():
+    # Row b feeds the value v_b to all three gates (input column, weights of ones) and
+    # the reversed sweep to old_cell, so every activation sees -100..100, signed zeros,
+    # tiny values, infinities and NaN. The fused float32 kernel must be as close to the
+    # float64 maths as plain float32 PyTorch is, with NaN and infinities in the same places.
+    special = [0.0, -0.0, 1e-30, -1e-30, 1e-8, -1e-8, float("inf"), -float("inf"),
+               float("nan")]
+    values = torch.cat([torch.linspace(-100, 100, 20001), torch.tensor(special)])
+    batch = values.numel()
+    args = (values.view(batch, 1), torch.tensor([[0.0, 1.0]] * 3), torch.zeros(3),
+            torch.zeros(batch, 1), values.flip(0).view(batch, 1).clone())
+    fused = ops.lltm(*args)
+    plain32 = reference.lltm(*args)
+    exact = reference.lltm(*(a.double() for a in args))
+    for got, plain, want in zip(fused, plain32, exact):
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got.isinf(), want.isinf())
+        finite = want.isfinite()
+        err = (got.double() - want)[finite].abs().max().item()
+        plain_err = (plain.double() - want)[finite].abs().max().item()
+        assert err <= 1.5 * plain_err + 1e-7, (err, plain_err)
+
+
 @settings(max_examples=40, deadline=None)
 @given(batch=st.integers(0, 9), features=st.integers(1, 12), state=st.integers(1, 12),
        seed=st.integers(0, 2**31 - 1))
