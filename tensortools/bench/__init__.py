@@ -26,7 +26,11 @@ PHASES = ("forward", "backward", "forward+backward")
 
 @dataclasses.dataclass
 class Row:
-    """One timing: a variant of one phase at one size, in microseconds."""
+    """One timing: a variant of one phase at one size, in microseconds.
+
+    `median_us` and `iqr_us` are over the timed blocks (a block averages several calls
+    for short steps), `runs` is the number of timed calls.
+    """
 
     size: tuple[int, int, int]
     dtype: str
@@ -99,9 +103,14 @@ def _lltm_variants(compile: bool) -> dict[str, Callable]:
 
 def lltm_rows(sizes: Iterable[tuple[int, int, int]] = LLTM_SIZES, *,
               dtype: torch.dtype = torch.float32, device: str = "cpu",
-              compile: bool = True, min_run_time: float = 0.5,
+              compile: bool = True, min_run_time: float = 0.5, rounds: int = 3,
               progress: Callable[[str], None] | None = None) -> list[Row]:
-    """Time LLTM forward, backward and both for each variant at each size."""
+    """Time LLTM forward, backward and both for each variant at each size.
+
+    Each (variant, phase) is measured in `rounds` rounds, interleaved with the others, and
+    its runs pooled, so a slow spell of the machine falls on every variant alike.
+    `min_run_time` is the timed seconds per measurement in each round.
+    """
     rows = []
     for size in sizes:
         batch, features, state = size
@@ -111,25 +120,34 @@ def lltm_rows(sizes: Iterable[tuple[int, int, int]] = LLTM_SIZES, *,
                   torch.randn(batch, state, **g), torch.randn(batch, state, **g)]
         params = [p.requires_grad_() for p in params]
         grads = (torch.randn(batch, state, **g), torch.randn(batch, state, **g))
-        for name, fn in _lltm_variants(compile).items():
-            if progress:
-                progress(f"LLTM {size} {name}")
 
+        def backward(outs):
+            return torch.autograd.grad(outs, params, grads)
+
+        measures: dict[tuple[str, str], Callable[[], benchmark.Measurement]] = {}
+        for name, fn in _lltm_variants(compile).items():
             def forward(fn=fn):
                 return fn(*params)
 
             def both(fn=fn):
                 return torch.autograd.grad(fn(*params), params, grads)
 
-            measurements = (
-                _time(forward, min_run_time),
-                _time_each(forward, lambda outs: torch.autograd.grad(outs, params, grads),
-                           min_run_time, device, f"{name} backward"),
-                _time(both, min_run_time),
-            )
-            for phase, m in zip(PHASES, measurements):
-                rows.append(Row(size, str(dtype).removeprefix("torch."), device, name, phase,
-                                m.median * 1e6, m.iqr * 1e6, len(m.times)))
+            measures[name, "forward"] = lambda f=forward: _time(f, min_run_time)
+            measures[name, "backward"] = lambda f=forward, n=name: _time_each(
+                f, backward, min_run_time, device, f"{n} backward")
+            measures[name, "forward+backward"] = lambda f=both: _time(f, min_run_time)
+
+        runs: dict[tuple[str, str], list[benchmark.Measurement]] = {k: [] for k in measures}
+        for r in range(rounds):
+            for key, measure in measures.items():
+                if progress:
+                    progress(f"LLTM {size} {key[0]} {key[1]} (round {r + 1}/{rounds})")
+                runs[key].append(measure())
+        for (name, phase), ms in runs.items():
+            calls = sum(len(m.raw_times) * m.number_per_run for m in ms)
+            (m,) = benchmark.Measurement.merge(ms)
+            rows.append(Row(size, str(dtype).removeprefix("torch."), device, name, phase,
+                            m.median * 1e6, m.iqr * 1e6, calls))
     return rows
 
 

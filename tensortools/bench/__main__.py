@@ -28,15 +28,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-compile", action="store_true",
                         help="leave out torch.compile of the reference")
-    parser.add_argument("--min-run-time", type=float, default=1.0,
-                        help="seconds of timed runs per measurement (default 1.0)")
+    parser.add_argument("--min-run-time", type=float, default=0.5,
+                        help="timed seconds per measurement and round (default 0.5)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved rounds per measurement (default 3)")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = parser.parse_args(argv)
 
     print(f"machine: {machine_summary()}")
     rows = lltm_rows(args.size or LLTM_SIZES, dtype=getattr(torch, args.dtype),
                      device=args.device, compile=not args.no_compile,
-                     min_run_time=args.min_run_time,
+                     min_run_time=args.min_run_time, rounds=args.rounds,
                      progress=lambda what: print(f"  timing {what}", file=sys.stderr))
     print(format_table(rows))
     if args.json:
