@@ -10,13 +10,15 @@ the hand-written backward runs without a Python layer.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 from torch.overrides import handle_torch_function, has_torch_function
 
 import tensortools._native  # noqa: F401  (registers torch.ops.tensortools)
 
-__all__ = ["lltm"]
+__all__ = ["add_diagonal", "lltm", "scale"]
 
 
 def _check_tensors(fn_name: str, names: tuple[str, ...], args: tuple) -> None:
@@ -78,3 +80,78 @@ def _lltm_backward_fake(grad_h, grad_cell, new_cell, gates, X, weights):
         X.new_empty(batch, state),
         new_cell.new_empty(batch, state),
     )
+
+
+# ---------------------------------------------------------------------------------------
+# ScalarTensor kernels: adding value * I to a dense matrix, scaling a dense tensor
+
+
+def _as_value(fn_name: str, value: Any, like: Tensor) -> Tensor:
+    """`value` (a number or a 0-d tensor) as a 0-d tensor of like's dtype and device."""
+    if isinstance(value, Tensor):
+        if value.dim() != 0:
+            raise ValueError(f"tensortools.ops.{fn_name}: 'value' must be a number or a "
+                             f"0-d tensor, got shape {tuple(value.shape)}")
+        return value.to(dtype=like.dtype, device=like.device)
+    if isinstance(value, (bool, int, float)):
+        return torch.tensor(value, dtype=like.dtype, device=like.device)
+    raise TypeError(f"tensortools.ops.{fn_name}: 'value' must be a number or a 0-d tensor, "
+                    f"got {type(value).__name__}")
+
+
+def add_diagonal(input: Tensor, value: Any) -> Tensor:
+    """``input + value * I`` for a square ``input`` (N×N, or a batch ``...×N×N``), in one
+    pass. ``value`` is a number or a 0-d tensor; the result has ``input``'s dtype."""
+    if has_torch_function((input, value)):
+        return handle_torch_function(add_diagonal, (input, value), input, value)
+    _check_tensors("add_diagonal", ("input",), (input,))
+    return torch.ops.tensortools.add_diagonal.default(
+        input, _as_value("add_diagonal", value, input))
+
+
+def scale(input: Tensor, value: Any) -> Tensor:
+    """``value * input`` in one pass. ``value`` is a number or a 0-d tensor; the result
+    has ``input``'s shape and dtype."""
+    if has_torch_function((input, value)):
+        return handle_torch_function(scale, (input, value), input, value)
+    _check_tensors("scale", ("input",), (input,))
+    return torch.ops.tensortools.scale.default(input, _as_value("scale", value, input))
+
+
+@torch.library.register_fake("tensortools::add_diagonal")
+def _add_diagonal_fake(self, value):
+    return torch.empty_like(self, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("tensortools::scale")
+def _scale_fake(self, value):
+    return torch.empty_like(self, memory_format=torch.contiguous_format)
+
+
+def _save_inputs(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _save_value(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1])
+
+
+def _add_diagonal_backward(ctx, grad):
+    (value,) = ctx.saved_tensors
+    grad_value = None
+    if ctx.needs_input_grad[1]:
+        grad_value = grad.diagonal(dim1=-2, dim2=-1).sum().to(value.dtype)
+    return grad, grad_value
+
+
+def _scale_backward(ctx, grad):
+    self, value = ctx.saved_tensors
+    grad_self = scale(grad, value) if ctx.needs_input_grad[0] else None
+    grad_value = (grad * self).sum().to(value.dtype) if ctx.needs_input_grad[1] else None
+    return grad_self, grad_value
+
+
+torch.library.register_autograd("tensortools::add_diagonal", _add_diagonal_backward,
+                                setup_context=_save_value)
+torch.library.register_autograd("tensortools::scale", _scale_backward,
+                                setup_context=_save_inputs)

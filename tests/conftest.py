@@ -1,7 +1,18 @@
+import os
+
 import pytest
 import torch
+from hypothesis import settings
+
 
 import tensortools
+
+
+# Property tests draw the same examples on every run (CI stays deterministic);
+# HYPOTHESIS_PROFILE=explore draws many new ones.
+settings.register_profile("tensortools", derandomize=True, deadline=None, max_examples=60)
+settings.register_profile("explore", deadline=None, max_examples=2000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "tensortools"))
 
 
 def cuda_usable() -> bool:

@@ -1,0 +1,20 @@
+// Kernels behind ScalarTensor's structured handlers (a ScalarTensor is value * I_N):
+//   add_diagonal(self, value) = self + value * I over the last two dimensions, in one pass;
+//   scale(self, value)        = value * self, in one pass (value * I @ T and T @ value * I).
+// `value` is a 0-dimensional tensor of self's dtype.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
+
+namespace tensortools::scalar_ops {
+
+// The dtypes the kernels accept: every real type torch computes in.
+inline constexpr at::ScalarType kDtypes[] = {
+    at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kByte, at::kChar,
+    at::kShort, at::kInt,   at::kLong};
+
+void check_add_diagonal_args(const at::Tensor& self, const at::Tensor& value);
+void check_scale_args(const at::Tensor& self, const at::Tensor& value);
+
+}  // namespace tensortools::scalar_ops

@@ -1,0 +1,163 @@
+"""LoggingTensor: a tensor that records every torch call made on it."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from typing import Any, Iterator
+
+import torch
+from torch import Tensor
+
+from tensortools.dispatch import TensorWrapper
+
+__all__ = ["LoggingTensor", "CapturedLogs", "CallStats", "capture_logs", "LOGGER_NAME"]
+
+LOGGER_NAME = "tensortools.logging"
+_logger = logging.getLogger(LOGGER_NAME)
+
+
+class LoggingTensor(TensorWrapper):
+    """A ``torch.Tensor`` that logs every torch function and method called on it.
+
+    Each call is one record on the logger ``"tensortools.logging"`` at level INFO, with
+    the attributes ``function`` (qualified name, e.g. ``torch.add``), ``arguments`` (a short
+    summary: tensors as type, dtype and shape, never their values) and ``duration``
+    (seconds). Nothing is measured or formatted while no handler listens at INFO.
+    Results are LoggingTensors.
+
+    ``LoggingTensor(data)``: ``data`` is a tensor (shared, not copied) or anything
+    ``torch.as_tensor`` takes.
+
+    With another overriding type in a call (say a MetadataTensor), the call is logged and
+    that type's result is returned as it is: logging observes, the other type's result
+    carries data.
+    """
+
+    @staticmethod
+    def __new__(cls, data: Any) -> "LoggingTensor":
+        tensor = data if isinstance(data, Tensor) else torch.as_tensor(data)
+        with torch._C.DisableTorchFunctionSubclass():
+            return tensor.as_subclass(cls)
+
+    def __init__(self, data: Any) -> None:
+        pass  # everything happens in __new__
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        with torch._C.DisableTorchFunctionSubclass():
+            return f"LoggingTensor({Tensor.__repr__(self.as_subclass(Tensor))})"
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if not _logger.isEnabledFor(logging.INFO):
+            return super().__torch_function__(func, types, args, kwargs)
+        name = _qualified_name(func)
+        arguments = _summary(args, kwargs)
+        start = time.perf_counter()
+        failed = None
+        try:
+            return super().__torch_function__(func, types, args, kwargs)
+        except Exception as exc:
+            failed = type(exc).__name__
+            raise
+        finally:
+            duration = time.perf_counter() - start
+            _logger.info("%s(%s) %s in %.1f us", name, arguments,
+                         f"raised {failed}" if failed else "returned", duration * 1e6,
+                         extra={"function": name, "arguments": arguments,
+                                "duration": duration, "failed": failed})
+
+
+def _qualified_name(func: Any) -> str:
+    name = torch.overrides.resolve_name(func)
+    if name:
+        return name
+    module = getattr(func, "__module__", None) or ""
+    qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+    return f"{module}.{qualname}" if module else qualname
+
+
+def _summary(args: tuple, kwargs: dict | None, limit: int = 6) -> str:
+    parts = [_describe(a) for a in args[:limit]]
+    if len(args) > limit:
+        parts.append("...")
+    parts += [f"{k}={_describe(v)}" for k, v in (kwargs or {}).items()]
+    return ", ".join(parts)
+
+
+def _describe(obj: Any, depth: int = 0) -> str:
+    if isinstance(obj, Tensor):
+        with torch._C.DisableTorchFunctionSubclass():
+            dtype = str(obj.dtype).removeprefix("torch.")
+            return f"{type(obj).__name__}[{dtype}, {tuple(obj.shape)}]"
+    if isinstance(obj, (list, tuple)) and depth < 2:
+        inner = ", ".join(_describe(o, depth + 1) for o in obj[:4])
+        more = ", ..." if len(obj) > 4 else ""
+        return f"[{inner}{more}]" if isinstance(obj, list) else f"({inner}{more})"
+    text = repr(obj)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+@dataclasses.dataclass
+class CallStats:
+    """Calls of one function in a captured run, and their total duration in seconds."""
+
+    calls: int = 0
+    total_seconds: float = 0.0
+
+
+class CapturedLogs(list):
+    """The log records of a :func:`capture_logs` block (a list of ``logging.LogRecord``)."""
+
+    def summary(self) -> dict[str, CallStats]:
+        """Calls and total time per function, most time first."""
+        stats: dict[str, CallStats] = {}
+        for record in self:
+            s = stats.setdefault(record.function, CallStats())
+            s.calls += 1
+            s.total_seconds += record.duration
+        return dict(sorted(stats.items(), key=lambda kv: -kv[1].total_seconds))
+
+    def format_summary(self) -> str:
+        """:meth:`summary` as a text table."""
+        lines = [f"{'function':<40} {'calls':>6} {'total':>12}"]
+        for name, s in self.summary().items():
+            lines.append(f"{name:<40} {s.calls:>6} {s.total_seconds * 1e6:>10.1f}us")
+        return "\n".join(lines)
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self, records: CapturedLogs) -> None:
+        super().__init__(logging.INFO)
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if hasattr(record, "function"):
+            self.records.append(record)
+
+
+@contextlib.contextmanager
+def capture_logs() -> Iterator[CapturedLogs]:
+    """Collect the LoggingTensor records of the block::
+
+        with tensortools.capture_logs() as logs:
+            y = torch.add(LoggingTensor(x), 1)
+        logs[0].function        # 'torch.add'
+        logs.summary()          # {'torch.add': CallStats(calls=1, total_seconds=...)}
+    """
+    records = CapturedLogs()
+    handler = _ListHandler(records)
+    previous_level = _logger.level
+    _logger.addHandler(handler)
+    if not _logger.isEnabledFor(logging.INFO):
+        _logger.setLevel(logging.INFO)
+    try:
+        yield records
+    finally:
+        _logger.removeHandler(handler)
+        _logger.setLevel(previous_level)
+
+
+torch.serialization.add_safe_globals([LoggingTensor])

@@ -1,0 +1,173 @@
+"""MetadataTensor: a tensor whose ``metadata`` dict follows it through any computation."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Union
+
+import torch
+from torch import Tensor
+
+from tensortools.dispatch import TensorWrapper
+
+__all__ = ["MetadataTensor", "MERGE_POLICIES"]
+
+MERGE_POLICIES = ("first", "strict", "union")
+MergePolicy = Union[str, Callable[[list], dict]]
+
+
+class MetadataTensor(TensorWrapper):
+    """A ``torch.Tensor`` carrying a ``metadata`` dict through every torch function,
+    method, operator, indexing and autograd.
+
+    ``MetadataTensor(data, metadata=None)``: ``data`` is a tensor (shared, not copied, so
+    gradients flow back to it) or anything ``torch.as_tensor`` takes. Every tensor a call
+    returns (in tuples, lists and named tuples too) is a MetadataTensor with its own copy
+    of the merged metadata of the call's MetadataTensor arguments. How several inputs'
+    metadata merge is :meth:`set_merge_policy`'s to say; :meth:`set_tracking` turns the
+    whole mechanism off. Both settings are process-wide.
+
+    When another overriding type takes part in a call, the result is a MetadataTensor
+    even if that type produced it: metadata is data and must not be lost.
+    """
+
+    wrap_foreign: ClassVar[bool] = True
+    _merge_policy: ClassVar[MergePolicy] = "first"
+    _tracking: ClassVar[bool] = True
+
+    metadata: dict
+
+    @staticmethod
+    def __new__(cls, data: Any, metadata: Mapping | None = None) -> "MetadataTensor":
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise TypeError("MetadataTensor: 'metadata' must be a dict, got "
+                            f"{type(metadata).__name__}")
+        tensor = data if isinstance(data, Tensor) else torch.as_tensor(data)
+        with torch._C.DisableTorchFunctionSubclass():
+            out = tensor.as_subclass(cls)
+        out.metadata = dict(metadata or {})
+        return out
+
+    def __init__(self, data: Any, metadata: Mapping | None = None) -> None:
+        pass  # everything happens in __new__
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        with torch._C.DisableTorchFunctionSubclass():
+            data = Tensor.__repr__(self.as_subclass(Tensor))
+        return f"Metadata:\n{self.metadata!r}\ndata:\n{data}"
+
+    # -- settings --------------------------------------------------------------------
+
+    @classmethod
+    def set_merge_policy(cls, policy: MergePolicy) -> MergePolicy:
+        """How results merge the metadata of several MetadataTensor inputs:
+        ``"first"`` (the first MetadataTensor argument's dict, the default),
+        ``"strict"`` (a key with different values raises ValueError), ``"union"`` (all
+        keys; the first argument holding a key gives its value) or a callable taking the
+        list of input dicts and returning the result's dict. Returns the previous one."""
+        if not callable(policy) and policy not in MERGE_POLICIES:
+            raise ValueError("MetadataTensor.set_merge_policy: 'policy' must be one of "
+                             f"{MERGE_POLICIES} or a callable, got {policy!r}")
+        previous = cls._merge_policy
+        cls._merge_policy = policy
+        return previous
+
+    @classmethod
+    @contextlib.contextmanager
+    def merge_policy(cls, policy: MergePolicy) -> Iterator[None]:
+        """Context manager: :meth:`set_merge_policy` inside the block."""
+        previous = cls.set_merge_policy(policy)
+        try:
+            yield
+        finally:
+            cls._merge_policy = previous
+
+    @classmethod
+    def set_tracking(cls, enabled: bool) -> bool:
+        """Turn metadata tracking on or off; returns the previous setting. While off,
+        calls return plain tensors at plain-tensor speed."""
+        previous = cls._tracking
+        cls._tracking = bool(enabled)
+        return previous
+
+    @classmethod
+    @contextlib.contextmanager
+    def tracking(cls, enabled: bool) -> Iterator[None]:
+        """Context manager: :meth:`set_tracking` inside the block."""
+        previous = cls.set_tracking(enabled)
+        try:
+            yield
+        finally:
+            cls._tracking = previous
+
+    # -- dispatch --------------------------------------------------------------------
+
+    @classmethod
+    def context(cls, func, args, kwargs) -> dict:
+        found = []
+        _collect(cls, args, found)
+        if kwargs:
+            _collect(cls, kwargs.values(), found)
+        return _merge(cls._merge_policy, found)
+
+    @classmethod
+    def wrap(cls, tensor: Tensor, context: dict) -> "MetadataTensor":
+        out = tensor.as_subclass(cls)
+        out.metadata = dict(context)
+        return out
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if cls._tracking:
+            return super().__torch_function__(func, types, args, kwargs)
+        return cls.call_plain(func, types, args, kwargs or {})[0]
+
+
+def _collect(cls: type, args, found: list) -> None:
+    """Append the metadata dicts of MetadataTensors in args (and in lists/tuples in it)."""
+    for a in args:
+        if isinstance(a, cls):
+            # A tensor made a MetadataTensor by other means (as_subclass) may lack a dict.
+            metadata = a.__dict__.get("metadata")
+            if metadata is not None:
+                found.append(metadata)
+        elif isinstance(a, (list, tuple)):
+            _collect(cls, a, found)
+
+
+def _merge(policy: MergePolicy, dicts: list[dict]) -> dict:
+    if not dicts:
+        return {}
+    if policy == "first":
+        return dicts[0]
+    if callable(policy):
+        merged = policy([dict(d) for d in dicts])
+        if not isinstance(merged, Mapping):
+            raise TypeError("MetadataTensor merge policy must return a dict, got "
+                            f"{type(merged).__name__}")
+        return merged
+    merged: dict = {}
+    for d in dicts:
+        for key, value in d.items():
+            if key not in merged:
+                merged[key] = value
+            elif policy == "strict" and not _same(merged[key], value):
+                raise ValueError(f"MetadataTensor (merge policy 'strict'): key {key!r} has "
+                                 f"conflicting values {merged[key]!r} and {value!r}")
+    return merged
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return (isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape
+                and bool(torch.equal(a, b)))
+    try:
+        return bool(a == b)
+    except Exception:  # values whose == is not a truth value are different
+        return False
+
+
+# torch.load(weights_only=True) may rebuild MetadataTensors once tensortools is imported.
+torch.serialization.add_safe_globals([MetadataTensor])

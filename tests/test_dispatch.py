@@ -1,0 +1,143 @@
+"""tensortools.dispatch: tables, aliases, inheritance, policies, several types at once."""
+
+import pytest
+import torch
+from torch.overrides import handle_torch_function
+
+from tensortools.dispatch import TorchFunctionTable, aliases_of
+
+
+class Box(TorchFunctionTable):
+    """A minimal tensor-like for these tests: wraps a tensor, falls back to it."""
+
+    def __init__(self, t):
+        self.t = t
+
+    @classmethod
+    def fallback(cls, func, types, args, kwargs):
+        unwrap = lambda a: a.t if isinstance(a, Box) else a  # noqa: E731
+        return func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
+
+
+def _fresh_box():
+    class LocalBox(Box):
+        pass
+    return LocalBox
+
+
+def test_aliases_cover_method_and_operators():
+    found = dict(aliases_of(torch.add))
+    assert found == {torch.Tensor.add: False, torch.Tensor.__add__: False,
+                     torch.Tensor.__radd__: True}
+    assert torch.Tensor.__rsub__ in dict(aliases_of(torch.sub))
+    assert dict(aliases_of(torch.matmul))[torch.Tensor.__rmatmul__] is True
+    assert aliases_of(torch.nn.functional.relu) == []  # not in the torch namespace
+
+
+def test_registration_covers_function_method_and_operators():
+    B = _fresh_box()
+    calls = []
+
+    @B.implements(torch.sub)
+    def sub(a, b, *, alpha=1):
+        calls.append((a, b))
+        return "handled"
+
+    x, t = B(torch.ones(2)), torch.ones(2)
+
+    def call(func, *args):  # what torch does when a method or operator meets x
+        return handle_torch_function(func, args, *args)
+
+    assert torch.sub(x, t) == "handled"
+    assert call(torch.Tensor.sub, x, t) == "handled"
+    assert call(torch.Tensor.__sub__, x, t) == "handled"
+    assert t - x == "handled"  # Tensor.__sub__(t, x) defers to x
+    assert calls[-1] == (t, x)
+    # reflected: Tensor.__rsub__(x, t) means t - x and must reach sub(t, x)
+    assert call(torch.Tensor.__rsub__, x, t) == "handled"
+    assert calls[-1] == (t, x)
+
+
+def test_aliases_can_be_left_out():
+    B = _fresh_box()
+    B.implements(torch.neg, aliases=False)(lambda a: "handled")
+    assert torch.neg(B(torch.ones(1))) == "handled"
+    assert B.handler_for(torch.Tensor.neg) is None
+
+
+def test_subclass_inherits_overrides_and_sees_late_parent_entries():
+    Parent = _fresh_box()
+
+    class Child(Parent):
+        pass
+
+    Parent.implements(torch.sin)(lambda a: "parent sin")
+    Child.implements(torch.cos)(lambda a: "child cos")
+    Child.implements(torch.sin)(lambda a: "child sin")
+    Parent.implements(torch.tan)(lambda a: "parent tan")  # registered after Child exists
+    x, y = Parent(torch.ones(1)), Child(torch.ones(1))
+    assert torch.sin(x) == "parent sin" and torch.sin(y) == "child sin"
+    assert torch.tan(y) == "parent tan"
+    assert Parent.handler_for(torch.cos) is None  # nothing leaks upwards
+    assert torch.equal(torch.cos(x), torch.cos(torch.ones(1)))  # fallback
+
+
+def test_fallback_and_strict_policies():
+    B = _fresh_box()
+    x = B(torch.tensor([0.5]))
+    assert torch.equal(torch.exp(x), torch.exp(torch.tensor([0.5])))
+    with B.using_policy("strict"):
+        with pytest.raises(TypeError, match=r"(?s)torch\.exp.*LocalBox"):
+            torch.exp(x)
+    assert B.policy == "fallback"
+    with pytest.raises(ValueError, match="'policy' must be one of"):
+        B.set_policy("lenient")
+
+
+def test_handler_declining_goes_to_policy():
+    B = _fresh_box()
+    B.implements(torch.mul)(lambda a, b: NotImplemented)
+    x = B(torch.tensor([2.0]))
+    assert torch.equal(torch.mul(x, 3), torch.tensor([6.0]))
+    with B.using_policy("strict"), pytest.raises(TypeError, match="torch.mul"):
+        torch.mul(x, 3)
+
+
+def test_implements_rejects_bad_arguments():
+    B = _fresh_box()
+    with pytest.raises(TypeError, match="at least one function"):
+        B.implements()
+    with pytest.raises(TypeError, match="not callable"):
+        B.implements(42)
+
+
+def test_several_types_follow_torch_rules():
+    order = []
+
+    def make(name, answer):
+        class T(Box):
+            @classmethod
+            def __torch_function__(cls, func, types, args=(), kwargs=None):
+                order.append(name)
+                return answer
+        T.__name__ = name
+        return T
+
+    A = make("A", NotImplemented)
+    B = make("B", "from B")
+    # left to right; A declines, B answers
+    order.clear()
+    assert torch.add(A(torch.ones(1)), B(torch.ones(1))) == "from B"
+    assert order == ["A", "B"]
+
+    class SubA(A):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            order.append("SubA")
+            return NotImplemented
+
+    # the subclass goes first even when it stands to the right of its parent
+    order.clear()
+    with pytest.raises(TypeError, match="torch.add"):
+        torch.add(A(torch.ones(1)), SubA(torch.ones(1)))
+    assert order == ["SubA", "A"]

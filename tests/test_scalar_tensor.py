@@ -1,0 +1,307 @@
+"""ScalarTensor against the same computation on its dense matrix."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tensortools
+from tensortools import ScalarTensor, ops
+
+# --- SPEC examples, verbatim -----------------------------------------------------------
+
+
+def test_spec_examples():
+    d = ScalarTensor(2, 3.14)
+    assert repr(d) == "ScalarTensor(N=2, value=3.14)"
+    assert d.N == 2 and d.value == 3.14 and d.shape == (2, 2)
+    assert d.dtype == torch.get_default_dtype() and d.device == torch.device("cpu")
+    assert torch.mean(ScalarTensor(5, 2)).item() == pytest.approx(0.4)
+    s = torch.add(d, d)
+    assert isinstance(s, ScalarTensor) and s.N == 2
+    torch.testing.assert_close(s.tensor(), d.tensor() + d.tensor(), rtol=0, atol=0)
+    t = torch.randn(2, 2)
+    torch.testing.assert_close(torch.add(d, t), d.tensor() + t, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="ScalarTensor sizes differ: N=2 and N=3"):
+        torch.add(d, ScalarTensor(3, 1.0))
+    torch.testing.assert_close(torch.mul(d, d).tensor(),
+                               torch.tensor([[9.8596, 0], [0, 9.8596]]))
+
+
+def test_add_alpha_and_out():
+    d, e = ScalarTensor(3, 1.5), ScalarTensor(3, -0.25)
+    got = torch.add(d, e, alpha=2)
+    torch.testing.assert_close(got.tensor(), torch.add(d.tensor(), e.tensor(), alpha=2))
+    t = torch.randn(3, 3)
+    torch.testing.assert_close(torch.add(t, d, alpha=-3), torch.add(t, d.tensor(), alpha=-3))
+    out = torch.empty(3, 3)
+    result = torch.add(d, e, out=out)
+    assert result is out
+    torch.testing.assert_close(out, d.tensor() + e.tensor())
+
+
+def test_python_operators():
+    d, t = ScalarTensor(3, 2.0), torch.randn(3, 4)
+    sq = torch.randn(3, 3)
+    cases = [(d + d, d.tensor() * 2), (d * 2, d.tensor() * 2), (d @ t, d.tensor() @ t),
+             (-d, -d.tensor()), (sq + d, sq + d.tensor()), (d + sq, d.tensor() + sq),
+             (2 * d, 2 * d.tensor()), (d - sq, d.tensor() - sq), (sq - d, sq - d.tensor()),
+             (d / 4, d.tensor() / 4), (2 + d, 2 + d.tensor()), (d ** 2, d.tensor() ** 2),
+             (t.T @ d, t.T @ d.tensor()), (d[1], d.tensor()[1])]
+    for got, want in cases:
+        got = got.tensor() if isinstance(got, ScalarTensor) else got
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert len(d) == 3
+
+
+def test_missing_tensor_methods_reach_the_table_or_fallback():
+    d = ScalarTensor(4, 1.25)
+    assert d.sum().item() == 5.0  # handler
+    torch.testing.assert_close(d.contiguous(), d.tensor())  # fallback
+    torch.testing.assert_close(d.exp(), d.tensor().exp())
+    torch.testing.assert_close(d.T, d.tensor().T)
+    with pytest.raises(AttributeError, match="no attribute 'not_a_method'"):
+        d.not_a_method
+
+
+def test_strict_policy():
+    d = ScalarTensor(2, 3.14)
+    with ScalarTensor.using_policy("strict"):
+        with pytest.raises(TypeError, match=r"(?s)torch\.exp.*ScalarTensor"):
+            torch.exp(d)
+        with pytest.raises(TypeError, match="contiguous"):
+            d.contiguous()
+        assert isinstance(torch.add(d, d), ScalarTensor)  # handlers still answer
+    torch.testing.assert_close(torch.exp(d), torch.exp(d.tensor()))
+
+
+def test_constructor_validation():
+    with pytest.raises(TypeError, match="'N' must be an int"):
+        ScalarTensor(2.0, 1)
+    with pytest.raises(ValueError, match="'N' must be non-negative"):
+        ScalarTensor(-1, 1)
+    with pytest.raises(TypeError, match="'value' must be a number"):
+        ScalarTensor(2, "1")
+    with pytest.raises(ValueError, match="one-element tensor"):
+        ScalarTensor(2, torch.ones(2))
+    d = ScalarTensor(2, torch.tensor(3, dtype=torch.int32))
+    assert d.dtype == torch.int32 and d.value == 3
+    assert ScalarTensor(2, 1j).dtype.is_complex
+    assert ScalarTensor(2, 2.7, dtype=torch.int64).value == 2
+
+
+# --- structured handlers are exact ------------------------------------------------------
+
+SPECIAL = [0.0, -0.0, 1.0, -2.5, 1e-30, 3e38, float("inf"), -float("inf"), float("nan")]
+values = st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.sampled_from(SPECIAL))
+
+
+def _dense(x):
+    return x.tensor() if isinstance(x, ScalarTensor) else x
+
+
+def _assert_same(got, want, exact):
+    got = _dense(got)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if exact:
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    else:  # reductions: the dense sum's order of additions may differ by rounding
+        torch.testing.assert_close(got, want, equal_nan=True)
+
+
+# (name, function of (d, e, t, s), exact, whether it must stay structured when finite)
+CASES = [
+    ("add", lambda d, e, t, s: torch.add(d, e), True),
+    ("add alpha", lambda d, e, t, s: torch.add(d, e, alpha=s), False),
+    ("dense + d", lambda d, e, t, s: torch.add(t, d), True),
+    ("d + dense", lambda d, e, t, s: torch.add(d, t), True),
+    ("dense + alpha d", lambda d, e, t, s: torch.add(t, d, alpha=s), True),
+    ("sub", lambda d, e, t, s: torch.sub(d, e), True),
+    ("dense - d", lambda d, e, t, s: torch.sub(t, d), True),
+    ("mul", lambda d, e, t, s: torch.mul(d, e), True),
+    ("mul number", lambda d, e, t, s: torch.mul(d, s), True),
+    ("number * d", lambda d, e, t, s: s * d, True),
+    ("div number", lambda d, e, t, s: torch.div(d, s), True),
+    ("div floor", lambda d, e, t, s: torch.div(d, s, rounding_mode="floor"), True),
+    ("neg", lambda d, e, t, s: torch.neg(d), True),
+    ("matmul", lambda d, e, t, s: torch.matmul(d, e), True),
+    ("d @ dense", lambda d, e, t, s: d @ t, True),
+    ("dense @ d", lambda d, e, t, s: t @ d, True),
+    ("mm", lambda d, e, t, s: torch.mm(d, t), True),
+    ("mean", lambda d, e, t, s: torch.mean(d), False),
+    ("sum", lambda d, e, t, s: torch.sum(d), False),
+    ("trace", lambda d, e, t, s: torch.trace(d), False),
+    ("det", lambda d, e, t, s: torch.det(d), False),
+    ("linalg.det", lambda d, e, t, s: torch.linalg.det(d), False),
+    ("inverse", lambda d, e, t, s: torch.inverse(d), False),
+    ("linalg.inv", lambda d, e, t, s: torch.linalg.inv(d), False),
+    ("diag", lambda d, e, t, s: torch.diag(d), True),
+    ("diag offset", lambda d, e, t, s: torch.diag(d, 1), True),
+    ("diagonal", lambda d, e, t, s: torch.diagonal(d), True),
+    ("diagonal dims", lambda d, e, t, s: torch.diagonal(d, 0, 1, 0), True),
+    ("transpose", lambda d, e, t, s: torch.transpose(d, 0, 1), True),
+    ("t", lambda d, e, t, s: torch.t(d), True),
+]
+
+
+def _run(fn, *args):
+    try:
+        return fn(*args), None
+    except Exception as exc:  # the dense computation may legitimately raise
+        return None, type(exc)
+
+
+@given(n=st.integers(1, 6), v=values, w=values, s=values,
+       dtype=st.sampled_from([torch.float32, torch.float64]), seed=st.integers(0, 999))
+def test_structured_results_equal_dense(n, v, w, s, dtype, seed):
+    torch.manual_seed(seed)
+    d, e = ScalarTensor(n, v, dtype=dtype), ScalarTensor(n, w, dtype=dtype)
+    t = torch.randn(n, n, dtype=dtype)
+    if seed % 3 == 0:
+        t[0, -1] = float("inf")  # a non-finite dense operand
+    for name, fn, exact in CASES:
+        got, got_error = _run(fn, d, e, t, s)
+        want, want_error = _run(fn, d.tensor(), e.tensor(), t, s)
+        assert got_error == want_error, (name, got_error, want_error)
+        if want_error is None:
+            try:
+                _assert_same(got, want, exact)
+            except AssertionError as err:
+                raise AssertionError(f"{name}: N={n} v={v} w={w} s={s} {dtype}") from err
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_integer_dtypes(dtype):
+    d, e = ScalarTensor(3, 4, dtype=dtype), ScalarTensor(3, -7, dtype=dtype)
+    t = torch.randint(-5, 5, (3, 3), dtype=dtype)
+    for got, want in [(d + e, d.tensor() + e.tensor()), (d * e, d.tensor() * e.tensor()),
+                      (t + d, t + d.tensor()), (d @ t, d.tensor() @ t), (d.sum(), d.tensor().sum()),
+                      (torch.trace(d), torch.trace(d.tensor())), (d / 2, d.tensor() / 2),
+                      (torch.div(d, 3, rounding_mode="floor"),
+                       torch.div(d.tensor(), 3, rounding_mode="floor"))]:
+        _assert_same(got, want, exact=True)
+
+
+def test_finite_calls_stay_structured(monkeypatch):
+    # With finite values every listed case is answered without the dense fallback.
+    def no_fallback(func, types, args, kwargs):
+        raise AssertionError(f"{func} fell back to dense")
+
+    monkeypatch.setattr(ScalarTensor, "fallback", classmethod(
+        lambda cls, func, types, args, kwargs: no_fallback(func, types, args, kwargs)))
+    d, e, t = ScalarTensor(4, 1.5), ScalarTensor(4, -2.0), torch.randn(4, 4)
+    for name, fn, _ in CASES:
+        if name == "dense + alpha d":
+            continue
+        fn(d, e, t, 3.0)
+    assert isinstance(d @ e, ScalarTensor) and isinstance(torch.inverse(d), ScalarTensor)
+
+
+def test_non_finite_cases_fall_back_to_exact_dense():
+    d = ScalarTensor(3, 2.0)
+    got = d * float("inf")  # off the diagonal 0 * inf is NaN
+    assert not isinstance(got, ScalarTensor) and got[0, 1].isnan()
+    t = torch.ones(3, 3)
+    t[2, 0] = float("nan")
+    torch.testing.assert_close(d @ t, d.tensor() @ t, equal_nan=True)
+    with pytest.raises(torch.linalg.LinAlgError):
+        torch.inverse(ScalarTensor(3, 0.0))
+
+
+def test_gradients_flow_through_structured_paths():
+    d = ScalarTensor(3, -1.5, dtype=torch.float64)
+    t = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    sq = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    g1, g2 = torch.randn(3, 5, dtype=torch.float64), torch.randn(3, 3, dtype=torch.float64)
+    got = torch.autograd.grad(((d @ t) * g1).sum() + ((sq + d) * g2).sum(), (t, sq))
+    want = torch.autograd.grad(((d.tensor() @ t) * g1).sum() + ((sq + d.tensor()) * g2).sum(),
+                               (t, sq))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+
+
+def test_lltm_with_scalar_tensor_arguments():
+    # old_h and old_cell as value * I (batch = state size): same as their dense matrices.
+    torch.manual_seed(0)
+    S, F = 4, 3
+    x, w, b = torch.randn(S, F), torch.randn(3 * S, S + F), torch.randn(3 * S)
+    h, c = ScalarTensor(S, 0.5), ScalarTensor(S, -1.25)
+    got = ops.lltm(x, w, b, h, c)
+    want = ops.lltm(x, w, b, h.tensor(), c.tensor())
+    for a, r in zip(got, want):
+        torch.testing.assert_close(a, r, rtol=0, atol=0)
+
+
+# --- the kernels behind the handlers -----------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(5, 5), (3, 4, 4), (2, 1, 1), (0, 0)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bfloat16])
+def test_add_diagonal_and_scale_match_reference(shape, dtype):
+    t = (torch.randn(shape) * 10).to(dtype)
+    n = shape[-1]
+    eye = torch.eye(n, dtype=dtype)
+    torch.testing.assert_close(ops.add_diagonal(t, 3), t + 3 * eye, rtol=0, atol=0)
+    torch.testing.assert_close(ops.scale(t, -2), t * -2, rtol=0, atol=0)
+
+
+def test_kernels_accept_non_contiguous_input():
+    t = torch.randn(6, 6, dtype=torch.float64)[::2, ::2].t()
+    assert not t.is_contiguous()
+    torch.testing.assert_close(ops.add_diagonal(t, 1.5), t + 1.5 * torch.eye(3, dtype=t.dtype))
+    torch.testing.assert_close(ops.scale(t, 1.5), t * 1.5)
+
+
+def test_kernels_gradcheck_and_opcheck():
+    t = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    v = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(ops.add_diagonal, (t, v))
+    assert torch.autograd.gradcheck(ops.scale, (t, v))
+    assert torch.autograd.gradgradcheck(ops.scale, (t, v))
+    for op in (torch.ops.tensortools.add_diagonal.default, torch.ops.tensortools.scale.default):
+        torch.library.opcheck(op, (t, v))
+
+
+def test_kernels_compile():
+    f = torch.compile(lambda t: ops.scale(ops.add_diagonal(t, 2.0), 3.0), fullgraph=True,
+                      backend="aot_eager")
+    t = torch.randn(4, 4)
+    torch.testing.assert_close(f(t), (t + 2 * torch.eye(4)) * 3)
+
+
+def test_kernel_bad_input():
+    with pytest.raises(ValueError, match="'self' must be a square matrix"):
+        ops.add_diagonal(torch.ones(2, 3), 1)
+    with pytest.raises(ValueError, match="'self' must be a square matrix"):
+        ops.add_diagonal(torch.ones(3), 1)
+    with pytest.raises(TypeError, match="'self' must have dtype"):
+        ops.scale(torch.ones(2, dtype=torch.complex64), 1)
+    with pytest.raises(TypeError, match="'self' must have dtype"):
+        ops.scale(torch.ones(2, dtype=torch.bool), 1)
+    with pytest.raises(ValueError, match="'value' must be a number or a 0-d tensor"):
+        ops.scale(torch.ones(2), torch.ones(2))
+    with pytest.raises(TypeError, match="'value' must be a number"):
+        ops.scale(torch.ones(2), "2")
+    with pytest.raises(TypeError, match="'input' must be a torch.Tensor"):
+        ops.scale([1.0], 2)
+    with pytest.raises(ValueError, match="'value' must be 0-D"):
+        torch.ops.tensortools.scale(torch.ones(2), torch.ones(1))
+    with pytest.raises(TypeError, match="'value' must have the same dtype as 'self'"):
+        torch.ops.tensortools.scale(torch.ones(2), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_structured_matmul_is_cheaper_than_dense_flops():
+    # Not a timing: the structured path must not form the dense N×N matrix at all.
+    d = ScalarTensor(512, 2.0)
+    t = torch.randn(512, 8)
+    with torch.profiler.profile() as prof:
+        d @ t
+    names = {e.name for e in prof.events()}
+    assert "tensortools::scale" in names
+    assert not names & {"aten::mm", "aten::matmul", "aten::zeros", "aten::eye"}
+    assert math.isclose(float((d @ t)[3, 2]), 2.0 * float(t[3, 2]), rel_tol=0)
+
+
+def test_library_exports():
+    assert tensortools.ScalarTensor is ScalarTensor
