@@ -71,11 +71,18 @@ class LoggingTensor(TensorWrapper):
 
 
 def _qualified_name(func: Any) -> str:
-    name = torch.overrides.resolve_name(func)
-    if name:
-        return name
+    # By the function's own name first: torch.overrides.resolve_name may give an alias
+    # (torch.mm is also torch.spmm).
+    name = getattr(func, "__name__", None)
+    if name and getattr(torch, name, None) is func:
+        return f"torch.{name}"
+    if name and getattr(Tensor, name, None) is func:
+        return f"torch.Tensor.{name}"
+    resolved = torch.overrides.resolve_name(func)
+    if resolved:
+        return resolved
     module = getattr(func, "__module__", None) or ""
-    qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+    qualname = getattr(func, "__qualname__", None) or name or repr(func)
     return f"{module}.{qualname}" if module else qualname
 
 

@@ -1,0 +1,132 @@
+"""LoggingTensor: one record per torch call, values equal plain tensors'."""
+
+import copy
+import io
+import logging
+import pickle
+
+import pytest
+import torch
+
+import tensortools
+from tensortools import LoggingTensor, capture_logs, ops
+from type_cases import CALLS, assert_same_values, tensors_in
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_calls_are_logged_and_values_equal_plain(name):
+    torch.manual_seed(0)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    lx, ly = LoggingTensor(x.clone()), LoggingTensor(y.clone())
+    with capture_logs() as logs:
+        got = CALLS[name](lx, ly)
+    assert_same_values(got, CALLS[name](x, y))
+    for t in tensors_in(got):
+        assert isinstance(t, LoggingTensor), name
+    assert len(logs) >= 1
+    for record in logs:
+        assert record.name == "tensortools.logging" and record.levelno == logging.INFO
+        assert record.duration >= 0 and record.function
+
+
+def test_record_contents():
+    x = LoggingTensor(torch.full((1000, 3), 7.0, dtype=torch.float64))
+    with capture_logs() as logs:
+        y = torch.add(x, 2, alpha=3)
+    (record,) = logs
+    assert record.function == "torch.add"
+    assert record.arguments == "LoggingTensor[float64, (1000, 3)], 2, alpha=3"
+    assert "7." not in record.getMessage()  # shapes and dtypes, never values
+    assert 0 < record.duration < 10
+    assert isinstance(y, LoggingTensor)
+    torch.testing.assert_close(y.as_subclass(torch.Tensor), torch.full((1000, 3), 13.0,
+                                                                       dtype=torch.float64))
+
+
+def test_methods_and_operators_are_named():
+    x = LoggingTensor(torch.ones(2))
+    with capture_logs() as logs:
+        x.sum()
+        x * 2
+    assert [r.function for r in logs] == ["torch.Tensor.sum", "torch.Tensor.mul"]
+
+
+def test_failed_call_is_logged_and_raises():
+    x = LoggingTensor(torch.ones(2, 3))
+    with capture_logs() as logs, pytest.raises(RuntimeError):
+        torch.mm(x, x)
+    assert logs[0].function == "torch.mm" and logs[0].failed == "RuntimeError"
+
+
+def test_summary():
+    x = LoggingTensor(torch.ones(4))
+    with capture_logs() as logs:
+        for _ in range(3):
+            torch.sin(x)
+        torch.cos(x)
+    summary = logs.summary()
+    assert list(summary) == sorted(summary, key=lambda k: -summary[k].total_seconds)
+    assert summary["torch.sin"].calls == 3 and summary["torch.cos"].calls == 1
+    total = sum(r.duration for r in logs if r.function == "torch.sin")
+    assert summary["torch.sin"].total_seconds == pytest.approx(total)
+    table = logs.format_summary()
+    assert "torch.sin" in table and table.count("\n") == 2
+
+
+def test_standard_logging_configuration_sees_records(caplog):
+    with caplog.at_level(logging.INFO, logger="tensortools.logging"):
+        torch.exp(LoggingTensor(torch.zeros(2)))
+    assert [r.function for r in caplog.records] == ["torch.exp"]
+
+
+def test_nothing_is_logged_without_listener(caplog):
+    with caplog.at_level(logging.WARNING, logger="tensortools.logging"):
+        torch.exp(LoggingTensor(torch.zeros(2)))
+    assert not caplog.records
+
+
+def test_capture_restores_logger_state():
+    logger = logging.getLogger("tensortools.logging")
+    level, handlers = logger.level, list(logger.handlers)
+    with capture_logs():
+        torch.exp(LoggingTensor(torch.zeros(2)))
+    assert logger.level == level and logger.handlers == handlers
+
+
+def test_repr_and_str_do_not_recurse():
+    x = LoggingTensor(torch.tensor([1.0, 2.0]))
+    with capture_logs() as logs:
+        assert repr(x) == "LoggingTensor(tensor([1., 2.]))"
+        assert str(x) == repr(x)
+        f"{x}"
+    assert all(r.function != "torch.Tensor.__repr__" for r in logs)
+
+
+def test_autograd_and_lltm_is_one_call():
+    torch.manual_seed(0)
+    args = [torch.randn(2, 3), torch.randn(12, 7), torch.randn(12), torch.randn(2, 4),
+            torch.randn(2, 4)]
+    logged = [LoggingTensor(a.clone()).requires_grad_() for a in args]
+    with capture_logs() as logs:
+        new_h, new_cell = ops.lltm(*logged)
+    assert [r.function for r in logs] == ["tensortools.ops.lltm"]
+    assert isinstance(new_h, LoggingTensor) and isinstance(new_cell, LoggingTensor)
+    ref = ops.lltm(*args)
+    torch.testing.assert_close(new_h.as_subclass(torch.Tensor), ref[0], rtol=0, atol=0)
+    (new_h.sum() + new_cell.sum()).backward()
+    plain = [a.clone().requires_grad_() for a in args]
+    sum(t.sum() for t in ops.lltm(*plain)).backward()
+    for a, b in zip(logged, plain):
+        torch.testing.assert_close(a.grad.as_subclass(torch.Tensor), b.grad)
+
+
+def test_serialization_round_trips():
+    x = LoggingTensor(torch.arange(3.0))
+    for restored in (copy.deepcopy(x), pickle.loads(pickle.dumps(x))):
+        assert isinstance(restored, LoggingTensor) and torch.equal(restored, x)
+    buf = io.BytesIO()
+    torch.save(x, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=True)
+    assert isinstance(loaded, LoggingTensor) and torch.equal(loaded, x)
+    assert tensortools.LoggingTensor is LoggingTensor

@@ -1,0 +1,168 @@
+"""MetadataTensor: metadata follows every result; values equal plain tensors'."""
+
+import copy
+import io
+import pickle
+
+import pytest
+import torch
+
+import tensortools
+from tensortools import MetadataTensor, ops
+from type_cases import CALLS, assert_same_values, tensors_in
+
+
+def test_spec_examples():
+    m = MetadataTensor([1, 2, 3, 4], metadata={"owner": "Bloonow"})
+    r = torch.add(m, torch.tensor([5, 6, 7, 8]))
+    assert isinstance(r, MetadataTensor)
+    assert r.tolist() == [6, 8, 10, 12] and r.metadata == {"owner": "Bloonow"}
+    r = torch.mul(m, torch.tensor([5, 6, 7, 8]))
+    assert isinstance(r, MetadataTensor) and r.tolist() == [5, 12, 21, 32]
+    assert repr(m) == "Metadata:\n{'owner': 'Bloonow'}\ndata:\ntensor([1, 2, 3, 4])"
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_calls_keep_metadata_and_values(name):
+    torch.manual_seed(0)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    mx = MetadataTensor(x.clone(), {"src": "x"})
+    my = MetadataTensor(y.clone(), {"src": "y"})
+    got, want = CALLS[name](mx, my), CALLS[name](x, y)
+    assert_same_values(got, want)
+    for t in tensors_in(got):
+        assert isinstance(t, MetadataTensor), name
+        assert t.metadata == {"src": "x"}, name  # "first" policy: x comes first
+    assert mx.metadata == {"src": "x"}
+
+
+def test_results_own_their_metadata():
+    m = MetadataTensor(torch.ones(2), {"tags": ["a"], "k": 1})
+    r = m * 2
+    r.metadata["k"] = 2
+    r.metadata["new"] = True
+    assert m.metadata == {"tags": ["a"], "k": 1}
+    assert (m + 1).metadata is not (m + 1).metadata
+
+
+def test_merge_policies():
+    a = MetadataTensor(torch.ones(2), {"k": 1, "a": "A"})
+    b = MetadataTensor(torch.ones(2), {"k": 2, "b": "B"})
+    assert (a + b).metadata == {"k": 1, "a": "A"}
+    assert (b + a).metadata == {"k": 2, "b": "B"}
+    with MetadataTensor.merge_policy("union"):
+        assert (a + b).metadata == {"k": 1, "a": "A", "b": "B"}
+        assert torch.cat([b, a]).metadata == {"k": 2, "b": "B", "a": "A"}
+    with MetadataTensor.merge_policy("strict"):
+        with pytest.raises(ValueError, match="key 'k' has conflicting values 1 and 2"):
+            a + b
+        c = MetadataTensor(torch.ones(2), {"k": 1, "c": torch.ones(2)})
+        d = MetadataTensor(torch.ones(2), {"k": 1, "c": torch.ones(2)})
+        assert (c + d).metadata.keys() == {"k", "c"}
+    with MetadataTensor.merge_policy(lambda ds: {"n": len(ds)}):
+        assert torch.stack([a, b, a]).metadata == {"n": 3}
+    assert MetadataTensor._merge_policy == "first"
+    with pytest.raises(ValueError, match="'policy' must be one of"):
+        MetadataTensor.set_merge_policy("last")
+    with MetadataTensor.merge_policy(lambda ds: 3), pytest.raises(TypeError, match="dict"):
+        torch.add(a, b)
+
+
+def test_tracking_switch():
+    m = MetadataTensor(torch.ones(3), {"k": 1})
+    with MetadataTensor.tracking(False):
+        r = m * 2 + 1
+        assert type(r) is torch.Tensor
+        torch.testing.assert_close(r, torch.full((3,), 3.0))
+    assert type(m * 2) is MetadataTensor
+    previous = MetadataTensor.set_tracking(False)
+    try:
+        assert previous is True and type(torch.sin(m)) is torch.Tensor
+    finally:
+        MetadataTensor.set_tracking(True)
+
+
+def test_autograd():
+    x = MetadataTensor(torch.randn(4, dtype=torch.float64), {"k": 1}).requires_grad_()
+    y = (x.sin() * 3).sum()
+    assert isinstance(y, MetadataTensor) and y.metadata == {"k": 1}
+    y.backward()
+    torch.testing.assert_close(x.grad.as_subclass(torch.Tensor), 3 * torch.cos(x.detach()))
+    assert torch.autograd.gradcheck(lambda t: (MetadataTensor(t, {"a": 1}) ** 3).sum(),
+                                    (torch.randn(3, dtype=torch.float64, requires_grad=True),))
+
+
+def test_wrapping_an_existing_tensor_keeps_its_graph():
+    leaf = torch.randn(3, requires_grad=True)
+    (MetadataTensor(leaf, {"k": 1}) * 2).sum().backward()
+    torch.testing.assert_close(leaf.grad, torch.full((3,), 2.0))
+
+
+def test_to_in_place_and_module():
+    m = MetadataTensor(torch.arange(4.0), {"k": "v"})
+    assert m.to(torch.float64).metadata == {"k": "v"} and m.to("cpu").dtype == torch.float32
+    r = m.add_(1)
+    assert r is m and m.tolist() == [1.0, 2.0, 3.0, 4.0] and m.metadata == {"k": "v"}
+    m[0] = 10.0
+    assert m.tolist()[0] == 10.0
+    lin = torch.nn.Linear(4, 2)
+    out = lin(MetadataTensor(torch.randn(5, 4), {"batch": 7}))
+    assert isinstance(out, MetadataTensor) and out.metadata == {"batch": 7}
+
+
+def test_module_matches_plain():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    x = torch.randn(5, 4)
+    out = net(MetadataTensor(x.clone(), {"batch": 7}))
+    assert isinstance(out, MetadataTensor) and out.metadata == {"batch": 7}
+    torch.testing.assert_close(out.as_subclass(torch.Tensor), net(x), rtol=0, atol=0)
+
+
+def test_deepcopy_pickle_and_save_load():
+    m = MetadataTensor(torch.randn(3), {"s": "x", "n": [1, 2.5, None, True], "t": torch.ones(2),
+                                        "d": {"nested": (1, 2)}}).requires_grad_()
+    c = copy.deepcopy(m)
+    assert isinstance(c, MetadataTensor) and c.requires_grad and torch.equal(c, m)
+    assert c.metadata["n"] == m.metadata["n"] and c.metadata["n"] is not m.metadata["n"]
+    p = pickle.loads(pickle.dumps(m.detach()))
+    assert isinstance(p, MetadataTensor) and p.metadata["d"] == {"nested": (1, 2)}
+    buf = io.BytesIO()
+    torch.save({"m": m.detach()}, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=True)["m"]
+    assert isinstance(loaded, MetadataTensor) and torch.equal(loaded, m.detach())
+    assert loaded.metadata["s"] == "x" and torch.equal(loaded.metadata["t"], torch.ones(2))
+
+
+class _Unsafe:
+    def __reduce__(self):
+        return (print, ("this must never run",))
+
+
+def test_unsafe_metadata_is_refused_at_load(capsys):
+    buf = io.BytesIO()
+    torch.save(MetadataTensor(torch.ones(1), {"bad": _Unsafe()}), buf)
+    buf.seek(0)
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        torch.load(buf, weights_only=True)
+    assert "this must never run" not in capsys.readouterr().out
+
+
+def test_lltm_with_metadata_arguments():
+    torch.manual_seed(0)
+    args = [torch.randn(2, 3), torch.randn(12, 7), torch.randn(12), torch.randn(2, 4),
+            torch.randn(2, 4)]
+    wrapped = [MetadataTensor(args[0].clone(), {"step": 3})] + args[1:]
+    new_h, new_cell = ops.lltm(*wrapped)
+    ref_h, ref_cell = ops.lltm(*args)
+    for got, want in ((new_h, ref_h), (new_cell, ref_cell)):
+        assert isinstance(got, MetadataTensor) and got.metadata == {"step": 3}
+        torch.testing.assert_close(got.as_subclass(torch.Tensor), want, rtol=0, atol=0)
+
+
+def test_constructor_validation():
+    with pytest.raises(TypeError, match="'metadata' must be a dict"):
+        MetadataTensor([1.0], metadata=["a"])
+    assert MetadataTensor([1.0]).metadata == {}
+    assert tensortools.MetadataTensor is MetadataTensor
