@@ -17,7 +17,8 @@ from torch.utils import benchmark
 
 from tensortools import ops, reference
 
-__all__ = ["LLTM_SIZES", "Row", "machine_summary", "lltm_rows", "format_table"]
+__all__ = ["LLTM_SIZES", "Row", "machine_summary", "lltm_rows", "format_table",
+           "dispatch_rows", "format_dispatch_table"]
 
 # (batch, features, state): the tutorial size and a wider input.
 LLTM_SIZES: tuple[tuple[int, int, int], ...] = ((16, 32, 128), (64, 1024, 128))
@@ -162,4 +163,68 @@ def format_table(rows: list[Row], baseline: str = "reference (eager)") -> str:
         ratio = base.get((r.size, r.phase), float("nan")) / r.median_us
         lines.append(f"{size:<14} {r.phase:<17} {r.variant:<26} {r.median_us:>8.1f}us "
                      f"{r.iqr_us:>7.1f}us {ratio:>8.2f}x")
+    return "\n".join(lines)
+
+
+class _PassThrough(torch.Tensor):
+    """The cheapest Tensor subclass: torch's default __torch_function__, nothing added."""
+
+
+def dispatch_rows(sizes: Iterable[int] = (1, 1000), *, min_run_time: float = 0.3,
+                  rounds: int = 3) -> list[Row]:
+    """Per-call cost of torch.add (and of torch.sin, which no type intercepts) on each
+    tensor type against a plain tensor: 1-element tensors (size 1) and size×size ones.
+
+    ScalarTensor is ScalarTensor(size, 2.0): its add is structured, so the large case
+    never forms the matrix.
+    """
+    from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs
+
+    rows = []
+    for n in sizes:
+        shape = (1,) if n == 1 else (n, n)
+        x = torch.randn(shape)
+        cases = {
+            "plain Tensor": x,
+            "pass-through subclass": x.as_subclass(_PassThrough),
+            "MetadataTensor": MetadataTensor(x, {"k": 1}),
+            "LoggingTensor (no listener)": LoggingTensor(x),
+            "ScalarTensor (structured)": ScalarTensor(n, 2.0),
+        }
+        measures = {}
+        for name, t in cases.items():
+            measures[name, "torch.add"] = lambda t=t: _time(lambda: torch.add(t, t),
+                                                            min_run_time)
+            if not isinstance(t, ScalarTensor):
+                measures[name, "torch.sin"] = lambda t=t: _time(lambda: torch.sin(t),
+                                                                min_run_time)
+
+        def logged_add(t=cases["LoggingTensor (no listener)"]):
+            with capture_logs() as logs:
+                m = _time(lambda: torch.add(t, t), min_run_time)
+                logs.clear()
+            return m
+
+        measures["LoggingTensor (capturing)", "torch.add"] = logged_add
+        runs: dict[tuple[str, str], list[benchmark.Measurement]] = {k: [] for k in measures}
+        for _ in range(rounds):
+            for key, measure in measures.items():
+                runs[key].append(measure())
+        for (name, op), ms in runs.items():
+            calls = sum(len(m.raw_times) * m.number_per_run for m in ms)
+            (m,) = benchmark.Measurement.merge(ms)
+            rows.append(Row((n,), "float32", "cpu", name, op, m.median * 1e6, m.iqr * 1e6,
+                            calls))
+    return rows
+
+
+def format_dispatch_table(rows: list[Row]) -> str:
+    """A text table of dispatch_rows, with each median as a multiple of plain Tensor's."""
+    base = {(r.size, r.phase): r.median_us for r in rows if r.variant == "plain Tensor"}
+    lines = [f"{'tensors':<10} {'call':<10} {'type':<28} {'median':>10} {'vs plain':>9}"]
+    for r in rows:
+        size = "1 element" if r.size == (1,) else f"{r.size[0]}x{r.size[0]}"
+        ratio = r.median_us / base[(r.size, r.phase)]
+        lines.append(f"{size:<10} {r.phase:<10} {r.variant:<28} {r.median_us:>8.2f}us "
+                     f"{ratio:>8.2f}x")
     return "\n".join(lines)

@@ -56,14 +56,31 @@ class ScalarTensor(TorchFunctionTable):
         if not isinstance(dtype, torch.dtype):
             raise TypeError(f"ScalarTensor: 'dtype' must be a torch.dtype, got {dtype!r}")
         self.N = N
-        self.dtype = dtype
-        self.device = torch.device("cpu" if device is None else device)
-        # A floating value is kept as given (repr shows 3.14, not float32's 3.1400001);
-        # every computation rounds it to dtype first, as the dense matrix does. Integer
-        # and bool dtypes change the number itself (2.5 -> 2), so keep what they hold.
-        if not (dtype.is_floating_point or dtype.is_complex):
-            value = torch.tensor(value, dtype=dtype).item()
-        self.value = value
+        # [value, 0] in dtype: a diagonal and an off-diagonal entry of the dense matrix.
+        # Handlers apply torch functions to it (see _from_probe below).
+        self._pair = torch.tensor([value, 0], dtype=dtype,
+                                  device="cpu" if device is None else device)
+        # A floating value is shown as given (3.14, not float32's 3.1400001).
+        self._shown = value if (dtype.is_floating_point or dtype.is_complex) else None
+
+    @classmethod
+    def _from_pair(cls, N: int, pair: Tensor) -> "ScalarTensor":
+        out = cls.__new__(cls)
+        out.N, out._pair, out._shown = N, pair, None
+        return out
+
+    @property
+    def value(self) -> Any:
+        """The diagonal value, a Python number (for integer dtypes, as the dtype holds it)."""
+        return self._shown if self._shown is not None else self._pair[0].item()
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._pair.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self._pair.device
 
     @property
     def shape(self) -> torch.Size:
@@ -78,13 +95,12 @@ class ScalarTensor(TorchFunctionTable):
     def tensor(self) -> Tensor:
         """The dense N×N matrix."""
         out = torch.zeros(self.N, self.N, dtype=self.dtype, device=self.device)
-        out.diagonal().fill_(self.value)
+        out.diagonal().fill_(self._pair[0])
         return out
 
     def scalar(self, dtype: torch.dtype | None = None) -> Tensor:
         """``value`` as a 0-d tensor (of ``dtype``, default this one's) on the device."""
-        return torch.tensor(self.value, dtype=self.dtype, device=self.device).to(
-            dtype or self.dtype)
+        return self._pair[0].to(dtype or self.dtype)
 
     def __repr__(self) -> str:
         return f"ScalarTensor(N={self.N}, value={self.value})"
@@ -176,13 +192,13 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
 
 
 def _probe(d: ScalarTensor, dtype: torch.dtype | None = None) -> Tensor:
-    return torch.tensor([d.value, 0], dtype=d.dtype, device=d.device).to(dtype or d.dtype)
+    return d._pair.to(dtype or d.dtype)
 
 
 def _from_probe(d: ScalarTensor, probe: Tensor) -> Any:
-    if not bool(probe[1] == 0):
+    if probe[1].item() != 0:  # also true for NaN
         return NotImplemented
-    return ScalarTensor(d.N, probe[0])
+    return ScalarTensor._from_pair(d.N, probe)
 
 
 def _plain_operand(x: Any, like: ScalarTensor) -> Any:
@@ -305,7 +321,7 @@ def _matmul_impl(input, other, need_2d: bool):
                 or input.device != other.device
                 or not (_finite_nonzero(input) and _finite_nonzero(other))):
             return NotImplemented
-        return ScalarTensor(input.N, torch.mul(input.scalar(), other.scalar()))
+        return ScalarTensor._from_pair(input.N, torch.mul(input._pair, other._pair))
     if isinstance(input, ScalarTensor) and isinstance(other, Tensor):
         if need_2d and other.dim() != 2:
             return NotImplemented
@@ -372,15 +388,16 @@ def _inverse(input):
     # overflows.
     if not (_lapack_safe(input) and bool(input.scalar() != 0) and bool(torch.isfinite(inverse))):
         return NotImplemented
-    return ScalarTensor(input.N, inverse)
+    return ScalarTensor._from_pair(input.N, torch.stack((inverse, torch.zeros_like(inverse))))
 
 
 def _diagonal_values(d: ScalarTensor, offset: int) -> Any:
     if abs(offset) >= max(d.N, 1):
         return NotImplemented
     length = d.N - abs(offset)
-    fill = d.value if offset == 0 else 0
-    return torch.full((length,), fill, dtype=d.dtype, device=d.device)
+    if offset != 0:
+        return torch.zeros(length, dtype=d.dtype, device=d.device)
+    return d.scalar().expand(length).clone()
 
 
 @ScalarTensor.implements(torch.diag)
@@ -404,9 +421,9 @@ def _diagonal(input, offset=0, dim1=0, dim2=1):
 def _transpose(input, dim0, dim1):
     if _matrix_dim(dim0) is None or _matrix_dim(dim1) is None:
         return NotImplemented
-    return ScalarTensor(input.N, input.value, dtype=input.dtype, device=input.device)
+    return ScalarTensor._from_pair(input.N, input._pair)
 
 
 @ScalarTensor.implements(torch.t)
 def _t(input):
-    return ScalarTensor(input.N, input.value, dtype=input.dtype, device=input.device)
+    return ScalarTensor._from_pair(input.N, input._pair)
