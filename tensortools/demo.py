@@ -1,7 +1,8 @@
 """The tensortools demo: ``python -m tensortools.demo [--quick]``.
 
-Runs the LLTM cell through the fused C++ kernel and through the plain-PyTorch reference,
-shows that they agree (values and gradients), and prints a timing table.
+Shows the three tensor types at work, runs the LLTM cell through the fused C++ kernel
+and through the plain-PyTorch reference, shows that they agree (values and gradients),
+and prints timing tables: the LLTM, and the per-call cost of each tensor type.
 """
 
 from __future__ import annotations
@@ -12,11 +13,42 @@ import sys
 import torch
 
 import tensortools
-from tensortools import bench, nn, reference
+from tensortools import (LoggingTensor, MetadataTensor, ScalarTensor, bench, capture_logs, nn,
+                         ops, reference)
 
 
 def _section(title: str) -> None:
     print(f"\n== {title} ==")
+
+
+def tensor_types() -> None:
+    _section("Tensor types")
+    d = ScalarTensor(3, 2.5)
+    t = torch.arange(9.0).reshape(3, 3)
+    print(f"d = {d!r}  (value * I_3, stored as two numbers)")
+    print(f"  d + d    -> {d + d!r}")
+    print(f"  d @ t    == 2.5 * t: {torch.equal(d @ t, 2.5 * t)}  (one scaling pass, no matmul)")
+    print(f"  t + d    == t + d.tensor(): {torch.equal(t + d, t + d.tensor())}")
+    print(f"  det(d)   -> {torch.det(d).item()}  (2.5 ** 3)")
+    print(f"  exp(d)   -> dense {tuple(torch.exp(d).shape)} tensor (no handler: fallback)")
+
+    m = MetadataTensor(torch.tensor([1.0, 2.0, 3.0]), metadata={"units": "m", "run": 7})
+    y = torch.nn.functional.relu(m * 2 - 3).sum()
+    print(f"MetadataTensor through relu(m * 2 - 3).sum(): value {y.item()}, "
+          f"metadata {y.metadata}")
+
+    x = LoggingTensor(torch.randn(4, 8))
+    with capture_logs() as logs:
+        torch.tanh(x @ x.T).mean()
+    print("LoggingTensor records of tanh(x @ x.T).mean():")
+    for record in logs:
+        print(f"  {record.function:<22} {record.arguments}")
+
+    args = [torch.randn(2, 3), torch.randn(12, 7), torch.randn(12), torch.randn(2, 4),
+            torch.randn(2, 4)]
+    new_h, _ = ops.lltm(MetadataTensor(args[0], {"step": 1}), *args[1:])
+    print(f"ops.lltm on a MetadataTensor input -> {type(new_h).__name__} with "
+          f"metadata {new_h.metadata}")
 
 
 def lltm_agreement() -> None:
@@ -53,6 +85,12 @@ def lltm_timings(quick: bool) -> None:
           "full benchmarks: python -m tensortools.bench")
 
 
+def dispatch_costs(quick: bool) -> None:
+    _section("Per-call cost of the tensor types (float32, CPU)")
+    rows = bench.dispatch_rows(min_run_time=0.05 if quick else 0.2, rounds=1 if quick else 2)
+    print(bench.format_dispatch_table(rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tensortools.demo", description=__doc__)
     parser.add_argument("--quick", action="store_true",
@@ -60,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"tensortools {tensortools.__version__} (torch {torch.__version__}, "
           f"{'with' if tensortools.with_cuda else 'without'} CUDA kernels)")
+    tensor_types()
     lltm_agreement()
     lltm_timings(args.quick)
+    dispatch_costs(args.quick)
     return 0
 
 

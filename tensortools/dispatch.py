@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import threading
 from typing import Any, Callable, ClassVar, Iterator
 
 import torch
 from torch import Tensor
+from torch.overrides import handle_torch_function, has_torch_function
 
-__all__ = ["POLICIES", "TorchFunctionTable", "TensorWrapper", "aliases_of"]
+__all__ = ["POLICIES", "TorchFunctionTable", "TensorLike", "TensorWrapper", "aliases_of"]
 
 POLICIES = ("fallback", "strict")
 
@@ -193,6 +195,61 @@ class TorchFunctionTable:
         if cls.policy == "strict":
             return NotImplemented
         return cls.fallback(func, types, args, kwargs)
+
+
+class TensorLike(TorchFunctionTable):
+    """Base for types that stand in for tensors without being ``torch.Tensor``.
+
+    Python operators (``a + b``, ``a @ b``, ``-a``, ``a[i]``, comparisons) and the
+    ``Tensor`` methods and properties the class does not define (``a.sum()``, ``a.T``)
+    go through ``__torch_function__`` as their ``Tensor`` forms (``Tensor.__add__``,
+    ``Tensor.sum``), so they reach the table or the policy like ``torch.*`` calls do.
+    """
+
+    __hash__ = object.__hash__  # defining __eq__ below would otherwise unset it
+
+    def __getattr__(self, name: str) -> Any:
+        attr = None if name.startswith("_") else getattr(Tensor, name, None)
+        if attr is None:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+        if callable(attr):
+            return functools.partial(_call_method, attr, self)
+        return _call_method(attr.__get__, self)
+
+
+def _call_method(method: Callable, self: TensorLike, *args: Any, **kwargs: Any) -> Any:
+    if has_torch_function((*args, *kwargs.values())):
+        return handle_torch_function(method, (self, *args), self, *args, **kwargs)
+    # Only this type overrides the call: dispatch directly. (torch's own refusal message
+    # cannot name a method descriptor, so it is written here.)
+    cls = type(self)
+    result = cls.__torch_function__(method, (cls,), (self, *args), kwargs)
+    if result is NotImplemented:
+        name = (torch.overrides.resolve_name(method)
+                or f"torch.Tensor.{getattr(method, '__name__', method)}")
+        raise TypeError(f"no implementation found for '{name}' on types that implement "
+                        f"__torch_function__: [{cls.__name__}] (policy {cls.policy!r})")
+    return result
+
+
+def _operator(name: str) -> Callable:
+    tensor_op = getattr(Tensor, name)
+
+    def operator(self, *args):
+        return _call_method(tensor_op, self, *args)
+
+    operator.__name__ = name
+    operator.__qualname__ = f"TensorLike.{name}"
+    return operator
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
+              "__rmod__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__neg__",
+              "__pos__", "__abs__", "__invert__", "__and__", "__rand__", "__or__", "__ror__",
+              "__xor__", "__rxor__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
+              "__ge__", "__getitem__"):
+    setattr(TensorLike, _name, _operator(_name))
 
 
 def _is_foreign(cls: type, t: type) -> bool:

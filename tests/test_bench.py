@@ -18,8 +18,8 @@ def test_lltm_rows_cover_every_variant_and_phase():
 
 def test_bench_command_writes_json(tmp_path, capsys):
     out = tmp_path / "rows.json"
-    assert bench_main(["--size", "2/3/4", "--no-compile", "--min-run-time", "0.01",
-                       "--json", str(out)]) == 0
+    assert bench_main(["--size", "2/3/4", "--no-compile", "--no-dispatch", "--min-run-time",
+                       "0.01", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert len(data["rows"]) == 6 and data["machine"]
     assert "tensortools op" in capsys.readouterr().out
@@ -28,7 +28,21 @@ def test_bench_command_writes_json(tmp_path, capsys):
 def test_demo_shows_agreement(capsys, monkeypatch):
     # The timings have their own tests above; here only the agreement part is checked.
     monkeypatch.setattr(bench, "lltm_rows", lambda **kw: [])
+    monkeypatch.setattr(bench, "dispatch_rows", lambda **kw: [])
     assert demo.main(["--quick"]) == 0
     out = capsys.readouterr().out
+    assert "d + d    -> ScalarTensor(N=3, value=5.0)" in out
+    assert "metadata {'units': 'm', 'run': 7}" in out
+    assert "torch.tanh" in out and "torch.Tensor.matmul" in out
     diffs = [float(line.rsplit("=", 1)[1]) for line in out.splitlines() if "max |fused" in line]
     assert len(diffs) == 4 and max(diffs) < 1e-12
+
+
+def test_dispatch_rows_cover_every_type():
+    rows = bench.dispatch_rows(sizes=(1, 8), min_run_time=0.01, rounds=1)
+    variants = {r.variant for r in rows}
+    assert {"plain Tensor", "pass-through subclass", "MetadataTensor", "ScalarTensor (structured)",
+            "LoggingTensor (no listener)", "LoggingTensor (capturing)"} == variants
+    assert all(r.median_us > 0 for r in rows)
+    table = bench.format_dispatch_table(rows)
+    assert "8x8" in table and "1 element" in table

@@ -9,7 +9,8 @@ import sys
 
 import torch
 
-from tensortools.bench import LLTM_SIZES, format_table, lltm_rows, machine_summary
+from tensortools.bench import (LLTM_SIZES, dispatch_rows, format_dispatch_table, format_table,
+                               lltm_rows, machine_summary)
 
 
 def _size(text: str) -> tuple[int, int, int]:
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="timed seconds per measurement and round (default 0.5)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="interleaved rounds per measurement (default 3)")
+    parser.add_argument("--no-dispatch", action="store_true",
+                        help="leave out the per-call cost of the tensor types")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = parser.parse_args(argv)
 
@@ -41,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
                      min_run_time=args.min_run_time, rounds=args.rounds,
                      progress=lambda what: print(f"  timing {what}", file=sys.stderr))
     print(format_table(rows))
+    if not args.no_dispatch:
+        print("\nPer-call cost of the tensor types (float32, CPU)")
+        dispatch = dispatch_rows(min_run_time=args.min_run_time, rounds=args.rounds)
+        print(format_dispatch_table(dispatch))
+        rows += dispatch
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine_summary(),

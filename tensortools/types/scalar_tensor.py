@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
 from torch import Tensor
-from torch.overrides import handle_torch_function, has_torch_function
 
 from tensortools import ops
-from tensortools.dispatch import TorchFunctionTable
+from tensortools.dispatch import TensorLike
 
 __all__ = ["ScalarTensor"]
 
@@ -19,7 +17,7 @@ _KERNEL_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.b
                             torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
 
 
-class ScalarTensor(TorchFunctionTable):
+class ScalarTensor(TensorLike):
     """The N×N matrix ``value * I_N``, stored as ``N`` and ``value``.
 
     Any torch function accepts it. Structured handlers answer cheaply and exactly (the
@@ -108,18 +106,6 @@ class ScalarTensor(TorchFunctionTable):
     def __len__(self) -> int:
         return self.N
 
-    __hash__ = object.__hash__
-
-    def __getattr__(self, name: str) -> Any:
-        # Tensor methods and properties this class lacks go through the dispatch table
-        # (d.sum() -> Tensor.sum), so they get a handler or the fallback.
-        attr = None if name.startswith("_") else getattr(Tensor, name, None)
-        if attr is None:
-            raise AttributeError(f"'ScalarTensor' object has no attribute '{name}'")
-        if callable(attr):
-            return functools.partial(_call_method, attr, self)
-        return handle_torch_function(attr.__get__, (self,), self)
-
     @classmethod
     def fallback(cls, func, types, args, kwargs):
         """Run ``func`` with every ScalarTensor replaced by its dense matrix."""
@@ -135,20 +121,6 @@ class ScalarTensor(TorchFunctionTable):
         return super().__torch_function__(func, types, args, kwargs)
 
 
-def _call_method(method, self, *args, **kwargs):
-    if has_torch_function((*args, *kwargs.values())):
-        return handle_torch_function(method, (self, *args), self, *args, **kwargs)
-    # Only this type overrides the call: dispatch directly. (torch's own refusal message
-    # cannot name a method descriptor, so it is written here.)
-    cls = type(self)
-    result = cls.__torch_function__(method, (cls,), (self, *args), kwargs)
-    if result is NotImplemented:
-        raise TypeError(f"no implementation found for 'torch.Tensor.{method.__name__}' on "
-                        f"types that implement __torch_function__: [{cls.__name__}] "
-                        f"(policy {cls.policy!r})")
-    return result
-
-
 def _densify(obj: Any) -> Any:
     if isinstance(obj, ScalarTensor):
         return obj.tensor()
@@ -158,26 +130,6 @@ def _densify(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: _densify(v) for k, v in obj.items()}
     return obj
-
-
-def _forward_operator(name: str):
-    tensor_op = getattr(Tensor, name)
-
-    def operator(self, *args):
-        return handle_torch_function(tensor_op, (self, *args), self, *args)
-
-    operator.__name__ = name
-    operator.__qualname__ = f"ScalarTensor.{name}"
-    return operator
-
-
-for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
-              "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
-              "__rmod__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__neg__",
-              "__pos__", "__abs__", "__invert__", "__and__", "__rand__", "__or__", "__ror__",
-              "__xor__", "__rxor__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
-              "__ge__", "__getitem__"):
-    setattr(ScalarTensor, _name, _forward_operator(_name))
 
 
 # --- structured handlers ---------------------------------------------------------------
