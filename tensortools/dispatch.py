@@ -30,11 +30,13 @@ import contextlib
 import copy
 import functools
 import threading
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import Tensor
 from torch.overrides import handle_torch_function, has_torch_function
+
+from tensortools._settings import temporarily
 
 __all__ = ["POLICIES", "TorchFunctionTable", "TensorLike", "TensorWrapper", "aliases_of"]
 
@@ -169,14 +171,9 @@ class TorchFunctionTable:
         return previous
 
     @classmethod
-    @contextlib.contextmanager
-    def using_policy(cls, policy: str) -> Iterator[None]:
+    def using_policy(cls, policy: str) -> contextlib.AbstractContextManager:
         """Context manager: ``cls`` follows ``policy`` inside the block."""
-        previous = cls.set_policy(policy)
-        try:
-            yield
-        finally:
-            cls.policy = previous
+        return temporarily(cls.set_policy, policy)
 
     @classmethod
     def fallback(cls, func: Callable, types: tuple, args: tuple, kwargs: dict) -> Any:
@@ -243,12 +240,7 @@ def _operator(name: str) -> Callable:
     return operator
 
 
-for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
-              "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
-              "__rmod__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__neg__",
-              "__pos__", "__abs__", "__invert__", "__and__", "__rand__", "__or__", "__ror__",
-              "__xor__", "__rxor__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
-              "__ge__", "__getitem__"):
+for _name in sorted({d for forms in _OPERATORS.values() for d, _ in forms} | {"__getitem__"}):
     setattr(TensorLike, _name, _operator(_name))
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, ClassVar, Iterator, Mapping, Union
+from typing import Any, Callable, ClassVar, Mapping, Union
 
 import torch
 from torch import Tensor
 
+from tensortools._settings import temporarily
 from tensortools.dispatch import TensorWrapper
 
 __all__ = ["MetadataTensor", "MERGE_POLICIES"]
@@ -73,14 +74,9 @@ class MetadataTensor(TensorWrapper):
         return previous
 
     @classmethod
-    @contextlib.contextmanager
-    def merge_policy(cls, policy: MergePolicy) -> Iterator[None]:
+    def merge_policy(cls, policy: MergePolicy) -> contextlib.AbstractContextManager:
         """Context manager: :meth:`set_merge_policy` inside the block."""
-        previous = cls.set_merge_policy(policy)
-        try:
-            yield
-        finally:
-            cls._merge_policy = previous
+        return temporarily(cls.set_merge_policy, policy)
 
     @classmethod
     def set_tracking(cls, enabled: bool) -> bool:
@@ -91,14 +87,9 @@ class MetadataTensor(TensorWrapper):
         return previous
 
     @classmethod
-    @contextlib.contextmanager
-    def tracking(cls, enabled: bool) -> Iterator[None]:
+    def tracking(cls, enabled: bool) -> contextlib.AbstractContextManager:
         """Context manager: :meth:`set_tracking` inside the block."""
-        previous = cls.set_tracking(enabled)
-        try:
-            yield
-        finally:
-            cls._tracking = previous
+        return temporarily(cls.set_tracking, enabled)
 
     # -- dispatch --------------------------------------------------------------------
 
