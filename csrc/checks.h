@@ -52,6 +52,13 @@ inline void shape(const char* op, const Arg& a, at::IntArrayRef expected, const 
       meaning, "), got ", a.tensor.sizes());
 }
 
+inline void same_size(const char* op, const Arg& a, int64_t dim, const Arg& ref, int64_t ref_dim,
+                      const char* meaning) {
+  TORCH_CHECK_VALUE(a.tensor.size(dim) == ref.tensor.size(ref_dim), op, ": '", a.name, "' has ",
+                    meaning, " ", a.tensor.size(dim), " but '", ref.name, "' has ",
+                    ref.tensor.size(ref_dim));
+}
+
 inline void dtype_in(const char* op, const Arg& a, c10::ArrayRef<at::ScalarType> allowed) {
   for (auto t : allowed) {
     if (a.tensor.scalar_type() == t) {

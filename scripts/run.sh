@@ -35,32 +35,58 @@ pick_python() {
   export PATH
 }
 
-ensure_deps() {
-  if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
-    log "installing $TORCH_PIN (no torch found for $PY)"
-    "$PY" -m pip install --quiet "$TORCH_PIN"
-  fi
-  # Install only what is missing, at the versions pinned in requirements-dev.txt, so a
-  # machine that has everything (and maybe no network) installs nothing.
-  local missing
-  missing=$("$PY" - <<'PY'
-import importlib.util
-modules = {"setuptools": "setuptools", "wheel": "wheel", "ninja": "ninja",
-           "pybind11": "pybind11", "pytest": "pytest", "hypothesis": "hypothesis",
-           "numpy": "numpy"}
+# Pinned specs (from requirements-dev.txt) of those of the given modules that $PY cannot
+# import. "wheel" counts only where setuptools is older than 70.1 (newer ones build
+# wheels themselves).
+missing() {
+  "$PY" - "$@" <<'PY'
+import importlib.util, sys
 pins = {}
 for line in open("requirements-dev.txt"):
     line = line.split("#")[0].strip()
     if line:
         pins[line.split("==")[0]] = line
-print(" ".join(pins[pkg] for mod, pkg in modules.items()
-               if importlib.util.find_spec(mod) is None))
+def needed(mod):
+    if mod == "wheel":
+        try:
+            import setuptools
+            version = tuple(int(p) for p in setuptools.__version__.split(".")[:2])
+            if version >= (70, 1):
+                return False
+        except Exception:
+            pass
+    return importlib.util.find_spec(mod) is None
+print(" ".join(pins[m] for m in sys.argv[1:] if needed(m)))
 PY
-)
-  if [[ -n "$missing" ]]; then
-    log "installing $missing"
-    # shellcheck disable=SC2086
-    "$PY" -m pip install --quiet $missing
+}
+
+# install_missing REQUIRED|OPTIONAL MODULE...: pip-install the missing ones. A required one that
+# cannot be installed (no network, say) stops the job; an optional one only warns.
+install_missing() {
+  local kind=$1; shift
+  local specs
+  specs=$(missing "$@")
+  [[ -z "$specs" ]] && return 0
+  log "installing $specs"
+  # shellcheck disable=SC2086
+  if ! "$PY" -m pip install --quiet $specs; then
+    if [[ "$kind" == required ]]; then
+      log "could not install $specs, which this job needs"
+      exit 1
+    fi
+    log "could not install $specs; going on without"
+  fi
+}
+
+ensure_deps() {
+  if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
+    log "installing $TORCH_PIN (no torch found for $PY)"
+    "$PY" -m pip install --quiet "$TORCH_PIN"
+  fi
+  install_missing required setuptools wheel
+  install_missing optional ninja  # without it the build is serial, not broken
+  if [[ "$1" == test ]]; then
+    install_missing required pytest hypothesis numpy
   fi
 }
 
@@ -85,7 +111,7 @@ case "$job" in
 esac
 
 pick_python
-ensure_deps
+ensure_deps "$job"
 build
 case "$job" in
   setup) ;;

@@ -8,17 +8,22 @@ Normally that is the module ``tensortools._C`` built by ``setup.py``. With
 from __future__ import annotations
 
 import os
+import sys
 from types import ModuleType
 
 import torch  # noqa: F401  (the extension links against torch's libraries)
 
 
 def _load() -> ModuleType:
-    jit = os.environ.get("TENSORTOOLS_JIT", "0")
-    if jit not in ("", "0"):
+    jit = os.environ.get("TENSORTOOLS_JIT", "0").strip().lower()
+    if jit not in ("", "0", "false", "no", "off"):
         from tensortools._extension import jit_load
 
-        return jit_load(verbose=jit == "verbose")
+        module = jit_load(verbose=jit == "verbose")
+        # `import tensortools._C` must now find this module: loading the built one as
+        # well would register every operator twice, which aborts the process.
+        sys.modules["tensortools._C"] = module
+        return module
     try:
         from tensortools import _C
     except ImportError as exc:

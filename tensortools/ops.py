@@ -2,10 +2,11 @@
 
 Each function here is overridable: when an argument defines ``__torch_function__`` the
 call goes through :func:`torch.overrides.handle_torch_function`, so tensor-like types can
-intercept it. The fake (meta) kernels and the autograd formulas of the underlying
-operators are registered next to their wrappers, so ``torch.compile(fullgraph=True)``
-traces the operators. Autograd is registered in C++, for the Autograd dispatch key, so
-the hand-written backward runs without a Python layer.
+intercept it. The fake (meta) kernels of the underlying operators are registered next to
+their wrappers, with the argument checks of the C++ kernels, so meta tensors and
+``torch.compile(fullgraph=True)`` get the same errors. The LLTM's autograd is registered
+in C++, for the Autograd dispatch key, so its backward runs without a Python layer; the
+small ScalarTensor kernels register theirs here, with differentiable formulas.
 """
 
 from __future__ import annotations
@@ -58,10 +59,41 @@ def lltm(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
     return new_h, new_cell
 
 
+def _check_fake(op: str, args: dict[str, Tensor], dims: dict[str, int]) -> None:
+    """The argument checks of the C++ kernels, for fake (meta) tensors and tracing:
+    same dtype and device as the first argument, and the given ranks."""
+    first_name, first = next(iter(args.items()))
+    for name, t in args.items():
+        torch._check_type(t.dtype == first.dtype, lambda: (
+            f"{op}: '{name}' must have the same dtype as '{first_name}' ({first.dtype}), "
+            f"got {t.dtype}"))
+        torch._check_value(t.device == first.device, lambda: (
+            f"{op}: '{name}' must be on the same device as '{first_name}' ({first.device}), "
+            f"got {t.device}"))
+    for name, dim in dims.items():
+        torch._check_value(args[name].dim() == dim, lambda: (
+            f"{op}: '{name}' must be {dim}-D, got {args[name].dim()}-D"))
+
+
+def _check_shape(op: str, name: str, t: Tensor, shape: tuple) -> None:
+    torch._check_value(tuple(t.shape) == tuple(shape), lambda: (
+        f"{op}: '{name}' must have shape {list(shape)}, got {list(t.shape)}"))
+
+
 @torch.library.register_fake("tensortools::lltm_forward")
 def _lltm_forward_fake(input, weights, bias, old_h, old_cell):
+    op = "tensortools.lltm"
+    _check_fake(op, {"input": input, "weights": weights, "bias": bias, "old_h": old_h,
+                     "old_cell": old_cell}, {"input": 2, "old_h": 2})
+    torch._check_type(input.dtype in (torch.float32, torch.float64, torch.float16,
+                                      torch.bfloat16),
+                      lambda: f"{op}: 'input' must have a floating dtype, got {input.dtype}")
     batch, features = input.shape
     state = old_h.shape[1]
+    _check_shape(op, "old_h", old_h, (batch, state))
+    _check_shape(op, "old_cell", old_cell, (batch, state))
+    _check_shape(op, "weights", weights, (3 * state, state + features))
+    _check_shape(op, "bias", bias, (3 * state,))
     return (
         old_cell.new_empty(batch, state),
         old_cell.new_empty(batch, state),
@@ -72,7 +104,15 @@ def _lltm_forward_fake(input, weights, bias, old_h, old_cell):
 
 @torch.library.register_fake("tensortools::lltm_backward")
 def _lltm_backward_fake(grad_h, grad_cell, new_cell, gates, X, weights):
+    op = "tensortools.lltm_backward"
+    _check_fake(op, {"new_cell": new_cell, "grad_h": grad_h, "grad_cell": grad_cell,
+                     "gates": gates, "X": X, "weights": weights}, {"new_cell": 2, "X": 2})
     batch, state = new_cell.shape
+    for name, t, shape in (("grad_h", grad_h, (batch, state)),
+                           ("grad_cell", grad_cell, (batch, state)),
+                           ("gates", gates, (batch, 3 * state)),
+                           ("weights", weights, (3 * state, X.shape[1]))):
+        _check_shape(op, name, t, shape)
     return (
         X.new_empty(batch, X.shape[1] - state),
         weights.new_empty(weights.shape),
@@ -120,11 +160,16 @@ def scale(input: Tensor, value: Any) -> Tensor:
 
 @torch.library.register_fake("tensortools::add_diagonal")
 def _add_diagonal_fake(self, value):
+    _check_fake("tensortools.add_diagonal", {"self": self, "value": value}, {"value": 0})
+    torch._check_value(self.dim() >= 2 and self.shape[-1] == self.shape[-2], lambda: (
+        "tensortools.add_diagonal: 'self' must be a square matrix or a batch of them "
+        f"(..., N, N), got shape {list(self.shape)}"))
     return torch.empty_like(self, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("tensortools::scale")
 def _scale_fake(self, value):
+    _check_fake("tensortools.scale", {"self": self, "value": value}, {"value": 0})
     return torch.empty_like(self, memory_format=torch.contiguous_format)
 
 

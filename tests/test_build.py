@@ -26,6 +26,8 @@ def test_jit_path_compiles_same_sources_and_says_so():
     code = (
         "import torch, tensortools as tt\n"
         "assert 'jit' in tt._C.__name__, tt._C.__name__\n"
+        "import tensortools._C as named\n"
+        "assert named is tt._C  # the built module is not loaded as well\n"
         "args = [torch.randn(2, 3, dtype=torch.float64), torch.randn(12, 7, dtype=torch.float64),"
         " torch.randn(12, dtype=torch.float64), torch.randn(2, 4, dtype=torch.float64),"
         " torch.randn(2, 4, dtype=torch.float64)]\n"

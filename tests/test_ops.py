@@ -59,6 +59,51 @@ def test_float32_accuracy_over_wide_range():
         assert err <= 1.5 * plain_err + 1e-7, (err, plain_err)
 
 
+def _activation_inputs():
+    """float32 values across the range: tiny to large magnitudes of both signs, a dense
+    stretch around zero, and the fast maths' branch points."""
+    mags = torch.logspace(-30, 1.7, 400, dtype=torch.float64)
+    return torch.cat([mags, -mags, torch.linspace(-20, 20, 4001, dtype=torch.float64),
+                      torch.tensor([0.35, -0.35, 0.625, -0.625, 0.0, -0.0, 9.5, -9.5,
+                                    30.0, -30.0, 100.0, -100.0, 1e30, -1e30])]).float()
+
+
+def _isolated(gate_weights, bias, old_cell):
+    """LLTM on rows that each feed one value v (one input feature) through the chosen
+    gates: gate_weights says which of (i, o, c) see v, bias sets the rest."""
+    v = _activation_inputs()
+    batch = v.numel()
+    weights = torch.tensor([[0.0, w] for w in gate_weights])
+    args = (v.view(batch, 1), weights, torch.tensor(bias), torch.zeros(batch, 1),
+            v.view(batch, 1).clone() if old_cell == "v" else torch.zeros(batch, 1))
+    return ops.lltm(*args), reference.lltm(*(a.double() for a in args))
+
+
+@pytest.mark.parametrize("activation", ["tanh", "elu", "sigmoid"])
+def test_float32_activations_elementwise_accuracy(activation):
+    # Each activation alone, every element within a few float32 ulp (relative) of the
+    # float64 maths on the same float32 inputs; subnormal results absolutely.
+    if activation == "tanh":  # new_h = tanh(old_cell) * sigmoid(100), sigmoid(100) = 1
+        (got, _), (want, _) = _isolated((0, 0, 0), [100.0, 100.0, 0.0], "v")
+    elif activation == "elu":  # new_cell = elu(v) * sigmoid(100)
+        (_, got), (_, want) = _isolated((0, 0, 1), [100.0, 100.0, 0.0], "zero")
+    else:  # new_cell = elu(1) * sigmoid(v) = sigmoid(v)
+        (_, got), (_, want) = _isolated((1, 0, 0), [0.0, 0.0, 1.0], "zero")
+    torch.testing.assert_close(got.double(), want, rtol=4e-7, atol=1e-37)
+
+
+def test_float32_saturation_is_exact():
+    v = torch.tensor([[9.5], [-9.5], [50.0], [float("inf")], [-float("inf")]])
+    args = (torch.zeros(5, 1), torch.zeros(3, 2), torch.tensor([100.0, 100.0, 0.0]),
+            torch.zeros(5, 1), v)
+    new_h, _ = ops.lltm(*args)  # tanh(v) exactly +-1 where float rounds it so
+    assert new_h.flatten().tolist() == [1.0, -1.0, 1.0, 1.0, -1.0]
+    # sigmoid of a very negative gate is 0 (not stuck at a tiny constant)
+    args = (torch.full((1, 1), -200.0), torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 0.0]]),
+            torch.tensor([0.0, 0.0, 1.0]), torch.zeros(1, 1), torch.zeros(1, 1))
+    assert ops.lltm(*args)[1].item() == 0.0
+
+
 @given(batch=st.integers(0, 9), features=st.integers(1, 12), state=st.integers(1, 12),
        seed=st.integers(0, 2**31 - 1))
 def test_random_shapes_match_reference(batch, features, state, seed):
@@ -108,17 +153,52 @@ def test_only_one_output_used():
         torch.testing.assert_close(a.grad, r.grad)
 
 
-def test_opcheck_forward():
-    args = make_args(3, 5, 4, requires_grad=True)
+# (batch, features, state): with one row, or no features, blocks of d_X are contiguous
+# views, which the backward must still return as tensors of their own.
+OPCHECK_SIZES = [(3, 5, 4), (1, 3, 4), (3, 0, 4), (0, 2, 3)]
+
+
+@pytest.mark.parametrize("batch,features,state", OPCHECK_SIZES)
+def test_opcheck_forward(batch, features, state):
+    args = make_args(batch, features, state, requires_grad=True)
     torch.library.opcheck(torch.ops.tensortools.lltm_forward.default, args)
 
 
-def test_opcheck_backward():
-    args = make_args(3, 5, 4)
+@pytest.mark.parametrize("batch,features,state", OPCHECK_SIZES)
+def test_opcheck_backward(batch, features, state):
+    args = make_args(batch, features, state)
     _, new_cell, gates, X = torch.ops.tensortools.lltm_forward(*args)
-    grads = random_grads(3, 4)
+    grads = random_grads(batch, state)
     torch.library.opcheck(torch.ops.tensortools.lltm_backward.default,
                           (*grads, new_cell, gates, X, args[1]))
+
+
+def test_gradients_do_not_share_storage():
+    args = make_args(1, 3, 4, requires_grad=True)
+    sum(t.sum() for t in ops.lltm(*args)).backward()
+    storages = {a.grad.untyped_storage().data_ptr() for a in args}
+    assert len(storages) == len(args)
+
+
+def test_fake_kernels_check_like_the_kernels():
+    meta = [t.to("meta") for t in _good]
+    assert [o.shape for o in ops.lltm(*meta)] == [(B, S), (B, S)]
+    with pytest.raises(ValueError, match="'old_cell' must have shape"):
+        ops.lltm(*meta[:4], meta[4][:, :2])
+    with pytest.raises(ValueError, match="'bias' must have shape"):
+        ops.lltm(meta[0], meta[1], meta[2][:3], *meta[3:])
+    with pytest.raises(TypeError, match="'weights' must have the same dtype as 'input'"):
+        ops.lltm(meta[0], meta[1].float(), *meta[2:])
+    with pytest.raises(ValueError, match="'old_h' must be on the same device as 'input'"):
+        ops.lltm(*meta[:3], _good[3], meta[4])
+    with pytest.raises(TypeError, match="floating dtype"):
+        ops.lltm(*[t.long() for t in meta])
+
+
+def test_compile_reports_bad_input_clearly():
+    compiled = torch.compile(ops.lltm, fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match="'input' must be 2-D"):
+        compiled(_good[0][0], *_good[1:])
 
 
 def test_forward_outputs_for_backward_are_not_differentiable():
@@ -202,13 +282,13 @@ WRONG_SHAPES = [
     # (argument index, bad tensor, words the message must contain)
     (0, torch.randn(B, dtype=torch.float64), "'input' must be 2-D"),
     (0, torch.randn(B, F, 1, dtype=torch.float64), "'input' must be 2-D"),
-    (0, torch.randn(B + 1, F, dtype=torch.float64), "'old_h' must have shape [5, 5]"),
+    (0, torch.randn(B + 1, F, dtype=torch.float64), "'old_h' has batch size 4 but 'input' has 5"),
     (1, torch.randn(3 * S, dtype=torch.float64), "'weights' must have shape [15, 8]"),
     (1, torch.randn(3 * S, S + F + 1, dtype=torch.float64), "'weights' must have shape"),
     (2, torch.randn(3 * S, 1, dtype=torch.float64), "'bias' must have shape [15]"),
     (2, torch.randn(S, dtype=torch.float64), "'bias' must have shape [15]"),
     (3, torch.randn(B, dtype=torch.float64), "'old_h' must be 2-D"),
-    (3, torch.randn(B - 1, S, dtype=torch.float64), "'old_h' must have shape [4, 5]"),
+    (3, torch.randn(B - 1, S, dtype=torch.float64), "'old_h' has batch size 3 but 'input' has 4"),
     (4, torch.randn(B, S + 1, dtype=torch.float64), "'old_cell' must have shape [4, 5]"),
     (4, torch.randn(B * S, dtype=torch.float64), "'old_cell' must have shape [4, 5]"),
 ]

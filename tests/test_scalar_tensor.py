@@ -305,3 +305,13 @@ def test_structured_matmul_is_cheaper_than_dense_flops():
 
 def test_library_exports():
     assert tensortools.ScalarTensor is ScalarTensor
+
+
+def test_copy_and_pickle():
+    import copy
+    import pickle
+
+    d = ScalarTensor(3, -2.5, dtype=torch.float64)
+    for r in (copy.deepcopy(d), pickle.loads(pickle.dumps(d)), copy.copy(d)):
+        assert isinstance(r, ScalarTensor) and repr(r) == repr(d) and r.dtype == d.dtype
+        assert torch.equal(r.tensor(), d.tensor())

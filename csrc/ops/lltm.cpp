@@ -40,7 +40,7 @@ void check_forward_args(const at::Tensor& input, const at::Tensor& weights,
   checks::dim(kForward, a_input, 2, "batch x features");
   checks::dim(kForward, a_old_h, 2, "batch x state_size");
   const int64_t B = input.size(0), F = input.size(1), S = old_h.size(1);
-  checks::shape(kForward, a_old_h, {B, S}, "batch x state_size");
+  checks::same_size(kForward, a_old_h, 0, a_input, 0, "batch size");
   checks::shape(kForward, a_old_cell, {B, S}, "batch x state_size");
   checks::shape(kForward, a_weights, {3 * S, S + F},
                 "3*state_size x (state_size + features)");

@@ -147,12 +147,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_back
   });
 
   // X = [old_h | input]: one product gives d_X, whose two column blocks are copied out
-  // (cheaper than a second matrix product, and outputs must not share storage).
+  // (cheaper than a second matrix product). Always copies: outputs must not share storage,
+  // and with one row (or F = 0) a block is already contiguous.
   at::Tensor d_weights = at::mm(d_gates.t(), X);
   at::Tensor d_bias = d_gates.sum(/*dim=*/0);
   at::Tensor d_X = at::mm(d_gates, weights);
-  at::Tensor d_old_h = d_X.narrow(1, 0, S).contiguous();
-  at::Tensor d_input = d_X.narrow(1, S, F).contiguous();
+  at::Tensor d_old_h = d_X.narrow(1, 0, S).clone(at::MemoryFormat::Contiguous);
+  at::Tensor d_input = d_X.narrow(1, S, F).clone(at::MemoryFormat::Contiguous);
   return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
 }
 
