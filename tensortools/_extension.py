@@ -7,6 +7,7 @@ before the package (and its compiled part) exists.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -78,6 +79,13 @@ def jit_load(verbose: bool = False) -> ModuleType:
     )
     macros = [f"-D{name}" if value is None else f"-D{name}={value}"
               for name, value in cfg.define_macros]
+    # torch decides whether to rebuild from the .cpp/.cu files and the flags alone; a
+    # digest of every file under csrc/ in the flags makes header edits count too.
+    digest = hashlib.sha1()
+    for path in sorted(CSRC.rglob("*")):
+        if path.is_file():
+            digest.update(str(path.relative_to(CSRC)).encode() + b"\0" + path.read_bytes())
+    macros.append(f"-DTENSORTOOLS_SOURCES_DIGEST={digest.hexdigest()[:16]}")
     return load(
         name="tensortools_jit_C",
         sources=[str(ROOT / s) for s in cfg.sources],
