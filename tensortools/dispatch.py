@@ -263,6 +263,18 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     wrap_foreign: ClassVar[bool] = False
 
     @classmethod
+    def _make(cls, data: Any) -> "TensorWrapper":
+        """An instance sharing data's storage (and autograd graph); data may also be
+        anything torch.as_tensor takes."""
+        tensor = data if isinstance(data, Tensor) else torch.as_tensor(data)
+        try:
+            with torch._C.DisableTorchFunctionSubclass():
+                return tensor.as_subclass(cls)
+        except RuntimeError as err:  # layouts a subclass cannot share (sparse CSR, ...)
+            raise TypeError(f"{cls.__name__}: cannot wrap a tensor of layout "
+                            f"{tensor.layout}: {err}") from err
+
+    @classmethod
     def context(cls, func: Callable, args: tuple, kwargs: dict) -> Any:
         """What :meth:`wrap` needs from the call's arguments (default: nothing)."""
         return None
@@ -353,8 +365,12 @@ def _wrap_outputs(cls: type, out: Any, context: Any, originals: dict[int, Tensor
             return out
         if type(out) is not Tensor and not cls.wrap_foreign:
             return out
-        with torch._C.DisableTorchFunctionSubclass():
-            return cls.wrap(out, context)
+        try:
+            with torch._C.DisableTorchFunctionSubclass():
+                return cls.wrap(out, context)
+        except (RuntimeError, NotImplementedError) as err:  # sparse results and the like
+            raise TypeError(f"{cls.__name__} cannot hold a result of layout {out.layout}: "
+                            f"{err}") from err
     if isinstance(out, (list, tuple)):
         return _rebuild(out, [_wrap_outputs(cls, o, context, originals) for o in out])
     return out

@@ -38,9 +38,7 @@ class LoggingTensor(TensorWrapper):
 
     @staticmethod
     def __new__(cls, data: Any) -> "LoggingTensor":
-        tensor = data if isinstance(data, Tensor) else torch.as_tensor(data)
-        with torch._C.DisableTorchFunctionSubclass():
-            return tensor.as_subclass(cls)
+        return cls._make(data)
 
     def __init__(self, data: Any) -> None:
         pass  # everything happens in __new__

@@ -43,9 +43,7 @@ class MetadataTensor(TensorWrapper):
         if metadata is not None and not isinstance(metadata, Mapping):
             raise TypeError("MetadataTensor: 'metadata' must be a dict, got "
                             f"{type(metadata).__name__}")
-        tensor = data if isinstance(data, Tensor) else torch.as_tensor(data)
-        with torch._C.DisableTorchFunctionSubclass():
-            out = tensor.as_subclass(cls)
+        out = cls._make(data)
         out.metadata = dict(metadata or {})
         return out
 
