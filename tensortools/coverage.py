@@ -328,11 +328,7 @@ def report(cls: type, *, samples: bool = True, max_samples: int = 2,
                         f"tensortools.dispatch.TorchFunctionTable, got {cls!r}")
     entries: dict[Callable, FunctionCoverage] = {}
     for name, func in overridable_functions():
-        if cls.handler_for(func) is not None:
-            outcome = "handled"
-        else:
-            outcome = "fallback" if cls.policy == "fallback" else "refused"
-        entries[func] = FunctionCoverage(name, outcome)
+        entries[func] = FunctionCoverage(name, _outcome(cls, func))
     note = ""
     if samples and cls in SUBSTITUTES:
         try:
@@ -358,16 +354,20 @@ def report(cls: type, *, samples: bool = True, max_samples: int = 2,
     return CoverageReport(cls.__name__, sorted(entries.values(), key=lambda e: e.name), note)
 
 
+def _outcome(cls: type, func: Callable) -> str:
+    if cls.handler_for(func) is not None:
+        return "handled"
+    return "refused" if cls.refuses_unhandled() else "fallback"
+
+
 def _record(entries: dict, cls: type, op: Callable, opname: str,
             result: SampleResult | None) -> None:
     if result is None:
         return
     entry = entries.get(op)
     if entry is None:  # an op_db entry outside the overridable list (often a lambda)
-        name = f"op_db {opname}"
-        outcome = "handled" if cls.handler_for(op) is not None else (
-            "fallback" if cls.policy == "fallback" else "refused")
-        entry = entries[op] = FunctionCoverage(name, outcome, overridable=False)
+        entry = entries[op] = FunctionCoverage(f"op_db {opname}", _outcome(cls, op),
+                                               overridable=False)
     entry.samples[result.result] = entry.samples.get(result.result, 0) + 1
     if result.result != "correct" and not entry.reason:
         entry.reason = result.reason

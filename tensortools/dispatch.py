@@ -177,8 +177,18 @@ class TorchFunctionTable:
 
     @classmethod
     def fallback(cls, func: Callable, types: tuple, args: tuple, kwargs: dict) -> Any:
-        """Run a call no handler answered (policy "fallback")."""
-        raise NotImplementedError(f"{cls.__name__} must define fallback()")
+        """Run a call no handler answered (policy "fallback").
+
+        This default refuses (returns NotImplemented), so a type that defines no
+        fallback of its own behaves as under the "strict" policy.
+        """
+        return NotImplemented
+
+    @classmethod
+    def refuses_unhandled(cls) -> bool:
+        """Whether calls without a handler end in a TypeError: the policy is strict, or
+        the class keeps the default (refusing) fallback."""
+        return cls.policy == "strict" or cls.fallback.__func__ is TorchFunctionTable.fallback.__func__
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):

@@ -57,13 +57,8 @@ def test_formats_and_cli(capsys):
 
 
 class Interval(TensorLike):
-    """A user's type for the dotted-path test: torch.add only, the rest refused."""
-
-    policy = "strict"
-
-    @classmethod
-    def fallback(cls, func, types, args, kwargs):
-        return NotImplemented
+    """A user's type for the dotted-path test: torch.add only; without a fallback of its
+    own, the rest is refused."""
 
 
 Interval.implements(torch.add)(lambda a, b, alpha=1: "sum")
