@@ -48,9 +48,11 @@ def _name(func: Callable) -> str:
 
 def overridable_functions() -> list[tuple[str, Callable]]:
     """(qualified name, function) for every overridable function torch does not ignore,
-    sorted by name."""
+    and tensortools' own operators, sorted by name."""
+    from tensortools import ops
+
     ignored = torch.overrides.get_ignored_functions()
-    seen: dict[str, Callable] = {}
+    seen: dict[str, Callable] = {f"tensortools.ops.{n}": getattr(ops, n) for n in ops.__all__}
     for funcs in torch.overrides.get_overridable_functions().values():
         for func in funcs:
             if func in ignored:

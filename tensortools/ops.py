@@ -19,7 +19,7 @@ from torch.overrides import handle_torch_function, has_torch_function
 
 import tensortools._native  # noqa: F401  (registers torch.ops.tensortools)
 
-__all__ = ["add_diagonal", "lltm", "scale"]
+__all__ = ["add_diagonal", "axpby", "graph_conv", "lltm", "scale"]
 
 
 def _check_tensors(fn_name: str, names: tuple[str, ...], args: tuple) -> None:
@@ -200,3 +200,109 @@ torch.library.register_autograd("tensortools::add_diagonal", _add_diagonal_backw
                                 setup_context=_save_value)
 torch.library.register_autograd("tensortools::scale", _scale_backward,
                                 setup_context=_save_inputs)
+
+
+# ---------------------------------------------------------------------------------------
+# axpby
+
+
+def _check_number(fn_name: str, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"tensortools.ops.{fn_name}: '{name}' must be a real number, got "
+                        f"{type(value).__name__}")
+
+
+def axpby(x: Tensor, y: Tensor, alpha: float, beta: float) -> Tensor:
+    """``alpha * x + beta * y`` in one pass. ``x`` and ``y`` have one floating dtype and
+    broadcast as torch does; the result has their broadcast shape."""
+    if has_torch_function((x, y)):
+        return handle_torch_function(axpby, (x, y), x, y, alpha, beta)
+    _check_tensors("axpby", ("x", "y"), (x, y))
+    _check_number("axpby", "alpha", alpha)
+    _check_number("axpby", "beta", beta)
+    return torch.ops.tensortools.axpby.default(x, y, alpha, beta)
+
+
+@torch.library.register_fake("tensortools::axpby")
+def _axpby_fake(x, y, alpha, beta):
+    _check_fake("tensortools.axpby", {"x": x, "y": y}, {})
+    return x.new_empty(torch.broadcast_shapes(x.shape, y.shape))
+
+
+def _axpby_setup(ctx, inputs, output):
+    x, y, alpha, beta = inputs
+    ctx.shapes = (x.shape, y.shape)
+    ctx.scales = (alpha, beta)
+
+
+def _axpby_backward(ctx, grad):
+    (x_shape, y_shape), (alpha, beta) = ctx.shapes, ctx.scales
+    grad_x = (grad * alpha).sum_to_size(x_shape) if ctx.needs_input_grad[0] else None
+    grad_y = (grad * beta).sum_to_size(y_shape) if ctx.needs_input_grad[1] else None
+    return grad_x, grad_y, None, None
+
+
+torch.library.register_autograd("tensortools::axpby", _axpby_backward,
+                                setup_context=_axpby_setup)
+
+
+# ---------------------------------------------------------------------------------------
+# graph convolution
+
+
+def graph_conv(adj: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``adj @ x @ weight + bias``, multiplying in the cheaper order for the shapes.
+
+    ``adj`` N×N (dense, sparse COO or sparse CSR), ``x`` N×F_in, ``weight`` F_in×F_out,
+    ``bias`` F_out or None; one floating dtype and device. Returns N×F_out. Gradients
+    flow to ``x``, ``weight``, ``bias`` and a dense ``adj``.
+    """
+    relevant = (adj, x, weight) if bias is None else (adj, x, weight, bias)
+    if has_torch_function(relevant):
+        return handle_torch_function(graph_conv, relevant, adj, x, weight, bias)
+    _check_tensors("graph_conv", ("x", "weight"), (x, weight))
+    if not isinstance(adj, Tensor):
+        raise TypeError("tensortools.ops.graph_conv: 'adj' must be a torch.Tensor, got "
+                        f"{type(adj).__name__}")
+    if bias is not None:
+        _check_tensors("graph_conv", ("bias",), (bias,))
+    return torch.ops.tensortools.graph_conv.default(adj, x, weight, bias)
+
+
+@torch.library.register_fake("tensortools::graph_conv")
+def _graph_conv_fake(adj, x, weight, bias):
+    op = "tensortools.graph_conv"
+    _check_fake(op, {"x": x, "weight": weight, "adj": adj}, {"x": 2, "weight": 2})
+    nodes = x.shape[0]
+    _check_shape(op, "adj", adj, (nodes, nodes))
+    _check_shape(op, "weight", weight, (x.shape[1], weight.shape[1]))
+    if bias is not None:
+        _check_shape(op, "bias", bias, (weight.shape[1],))
+    return x.new_empty(nodes, weight.shape[1])
+
+
+def _graph_conv_setup(ctx, inputs, output):
+    adj, x, weight, bias = inputs
+    ctx.save_for_backward(adj, x, weight)
+
+
+def _graph_conv_backward(ctx, grad):
+    adj, x, weight = ctx.saved_tensors
+    need_adj, need_x, need_weight, need_bias = ctx.needs_input_grad
+    grad_adj = grad_x = grad_weight = grad_bias = None
+    if need_x:
+        grad_x = adj.t() @ (grad @ weight.t())
+    if need_weight:
+        grad_weight = (adj @ x).t() @ grad
+    if need_bias:
+        grad_bias = grad.sum(0)
+    if need_adj:
+        if adj.layout != torch.strided:
+            raise RuntimeError("tensortools.ops.graph_conv: no gradient for a sparse 'adj'; "
+                               "pass a dense adj, or one that does not require grad")
+        grad_adj = grad @ (x @ weight).t()
+    return grad_adj, grad_x, grad_weight, grad_bias
+
+
+torch.library.register_autograd("tensortools::graph_conv", _graph_conv_backward,
+                                setup_context=_graph_conv_setup)

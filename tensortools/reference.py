@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["lltm"]
+__all__ = ["axpby", "graph_conv", "lltm"]
 
 
 def lltm(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
@@ -28,3 +28,14 @@ def lltm(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
     new_cell = old_cell + candidate_cell * input_gate
     new_h = torch.tanh(new_cell) * output_gate
     return new_h, new_cell
+
+
+def axpby(x: Tensor, y: Tensor, alpha: float, beta: float) -> Tensor:
+    """alpha * x + beta * y, broadcasting."""
+    return alpha * x + beta * y
+
+
+def graph_conv(adj: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """adj @ x @ weight (+ bias). adj N×N (dense or sparse), x N×F_in, weight F_in×F_out."""
+    out = (adj @ x) @ weight
+    return out if bias is None else out + bias

@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+import tensortools
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, coverage
 from tensortools.dispatch import TensorLike
 
@@ -13,6 +14,7 @@ def test_overridable_functions_exclude_ignored():
     names = dict(coverage.overridable_functions())
     ignored = torch.overrides.get_ignored_functions()
     assert "torch.add" in names and "torch.Tensor.add" in names
+    assert names["tensortools.ops.lltm"] is tensortools.ops.lltm
     assert not any(f in ignored for f in names.values())
     total = {f for fs in torch.overrides.get_overridable_functions().values() for f in fs}
     assert len(names) >= len(total - ignored) - 5  # a few share one qualified name

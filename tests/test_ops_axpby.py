@@ -1,0 +1,82 @@
+"""tensortools.ops.axpby against alpha * x + beta * y."""
+
+import pytest
+import torch
+
+from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs, ops, reference
+
+SHAPES = [((5,), (5,)), ((3, 4), (3, 4)), ((3, 1), (1, 4)), ((2, 3, 4), (4,)), ((), (3,)),
+          ((0, 2), (2,))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("xs,ys", SHAPES)
+def test_matches_reference_with_broadcasting(xs, ys, dtype):
+    x, y = torch.randn(xs, dtype=dtype), torch.randn(ys, dtype=dtype)
+    for alpha, beta in [(2.0, 1.0), (3.0, -1.0), (0.5, -0.25), (0, 7)]:
+        got = ops.axpby(x, y, alpha, beta)
+        torch.testing.assert_close(got, reference.axpby(x, y, alpha, beta), rtol=0, atol=0)
+
+
+def test_non_contiguous_and_expanded_inputs():
+    x = torch.randn(4, 6, dtype=torch.float64)[:, ::2]
+    y = torch.randn(4, 1, dtype=torch.float64).expand(4, 3)
+    torch.testing.assert_close(ops.axpby(x, y, 2, 3), 2 * x + 3 * y, rtol=0, atol=0)
+    torch.testing.assert_close(ops.axpby(x.t(), y.t(), 2, 3), 2 * x.t() + 3 * y.t(),
+                               rtol=0, atol=0)
+
+
+def test_special_values_like_reference():
+    x = torch.tensor([float("inf"), float("nan"), 0.0, -0.0, 1e38])
+    y = torch.tensor([1.0, 1.0, -0.0, -0.0, 1e38])
+    torch.testing.assert_close(ops.axpby(x, y, 3.0, 5.0), reference.axpby(x, y, 3.0, 5.0),
+                               equal_nan=True, rtol=0, atol=0)
+
+
+def test_gradcheck_gradgradcheck_and_broadcast_gradients():
+    x = torch.randn(3, 1, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(1, 4, dtype=torch.float64, requires_grad=True)
+    f = lambda a, b: ops.axpby(a, b, 1.5, -2.0)  # noqa: E731
+    assert torch.autograd.gradcheck(f, (x, y))
+    assert torch.autograd.gradgradcheck(f, (x, y))
+    g = torch.randn(3, 4, dtype=torch.float64)
+    got = torch.autograd.grad(f(x, y), (x, y), g)
+    want = torch.autograd.grad(reference.axpby(x, y, 1.5, -2.0), (x, y), g)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+
+
+def test_opcheck_and_compile():
+    x, y = torch.randn(3, 4, requires_grad=True), torch.randn(4, requires_grad=True)
+    torch.library.opcheck(torch.ops.tensortools.axpby.default, (x, y, 2.0, -1.0))
+    compiled = torch.compile(lambda a, b: ops.axpby(a, b, 2.0, -1.0), fullgraph=True,
+                             backend="aot_eager")
+    torch.testing.assert_close(compiled(x, y), 2 * x - y)
+
+
+def test_bad_input():
+    x = torch.ones(3)
+    with pytest.raises(TypeError, match="'y' must have the same dtype as 'x'"):
+        ops.axpby(x, x.double(), 1, 1)
+    with pytest.raises(TypeError, match="'x' must have dtype Float or Double"):
+        ops.axpby(x.long(), x.long(), 1, 1)
+    with pytest.raises(TypeError, match="'alpha' must be a real number"):
+        ops.axpby(x, x, "2", 1)
+    with pytest.raises(TypeError, match="'beta' must be a real number"):
+        ops.axpby(x, x, 1, torch.ones(1))
+    with pytest.raises(TypeError, match="'x' must be a torch.Tensor"):
+        ops.axpby([1.0], x, 1, 1)
+    with pytest.raises(RuntimeError, match="must match the size"):
+        ops.axpby(torch.ones(3), torch.ones(4), 1, 1)
+
+
+def test_with_the_tensor_types():
+    x, y = torch.randn(3, 3), torch.randn(3, 3)
+    m = ops.axpby(MetadataTensor(x, {"k": 1}), y, 2.0, 1.0)
+    assert isinstance(m, MetadataTensor) and m.metadata == {"k": 1}
+    torch.testing.assert_close(m.as_subclass(torch.Tensor), 2 * x + y, rtol=0, atol=0)
+    with capture_logs() as logs:
+        ops.axpby(LoggingTensor(x), y, 2.0, 1.0)
+    assert [r.function for r in logs] == ["tensortools.ops.axpby"]
+    d = ScalarTensor(3, 1.5)
+    torch.testing.assert_close(ops.axpby(d, y, 2.0, 1.0), 2 * d.tensor() + y, rtol=0, atol=0)
