@@ -19,7 +19,7 @@ from torch.overrides import handle_torch_function, has_torch_function
 
 import tensortools._native  # noqa: F401  (registers torch.ops.tensortools)
 
-__all__ = ["add_diagonal", "axpby", "graph_conv", "lltm", "scale"]
+__all__ = ["add_diagonal", "axpby", "fused_conv_bn2d", "graph_conv", "lltm", "scale"]
 
 
 def _check_tensors(fn_name: str, names: tuple[str, ...], args: tuple) -> None:
@@ -59,25 +59,37 @@ def lltm(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
     return new_h, new_cell
 
 
+def _expect(ok: bool, error: type[Exception], message) -> None:
+    """``torch._check_type``/``_check_value`` as a plain raise, which ``torch.compile``
+    traces in the Python wrappers as well as in the fake kernels."""
+    if not ok:
+        raise error(message())
+
+
 def _check_fake(op: str, args: dict[str, Tensor], dims: dict[str, int]) -> None:
     """The argument checks of the C++ kernels, for fake (meta) tensors and tracing:
     same dtype and device as the first argument, and the given ranks."""
     first_name, first = next(iter(args.items()))
     for name, t in args.items():
-        torch._check_type(t.dtype == first.dtype, lambda: (
+        _expect(t.dtype == first.dtype, TypeError, lambda: (
             f"{op}: '{name}' must have the same dtype as '{first_name}' ({first.dtype}), "
             f"got {t.dtype}"))
-        torch._check_value(t.device == first.device, lambda: (
+        _expect(t.device == first.device, ValueError, lambda: (
             f"{op}: '{name}' must be on the same device as '{first_name}' ({first.device}), "
             f"got {t.device}"))
     for name, dim in dims.items():
-        torch._check_value(args[name].dim() == dim, lambda: (
+        _expect(args[name].dim() == dim, ValueError, lambda: (
             f"{op}: '{name}' must be {dim}-D, got {args[name].dim()}-D"))
 
 
 def _check_shape(op: str, name: str, t: Tensor, shape: tuple) -> None:
-    torch._check_value(tuple(t.shape) == tuple(shape), lambda: (
+    _expect(tuple(t.shape) == tuple(shape), ValueError, lambda: (
         f"{op}: '{name}' must have shape {list(shape)}, got {list(t.shape)}"))
+
+
+def _check_floating(op: str, name: str, t: Tensor) -> None:
+    _expect(t.dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16),
+            TypeError, lambda: f"{op}: '{name}' must have a floating dtype, got {t.dtype}")
 
 
 @torch.library.register_fake("tensortools::lltm_forward")
@@ -85,9 +97,7 @@ def _lltm_forward_fake(input, weights, bias, old_h, old_cell):
     op = "tensortools.lltm"
     _check_fake(op, {"input": input, "weights": weights, "bias": bias, "old_h": old_h,
                      "old_cell": old_cell}, {"input": 2, "old_h": 2})
-    torch._check_type(input.dtype in (torch.float32, torch.float64, torch.float16,
-                                      torch.bfloat16),
-                      lambda: f"{op}: 'input' must have a floating dtype, got {input.dtype}")
+    _check_floating(op, "input", input)
     batch, features = input.shape
     state = old_h.shape[1]
     _check_shape(op, "old_h", old_h, (batch, state))
@@ -161,7 +171,7 @@ def scale(input: Tensor, value: Any) -> Tensor:
 @torch.library.register_fake("tensortools::add_diagonal")
 def _add_diagonal_fake(self, value):
     _check_fake("tensortools.add_diagonal", {"self": self, "value": value}, {"value": 0})
-    torch._check_value(self.dim() >= 2 and self.shape[-1] == self.shape[-2], lambda: (
+    _expect(self.dim() >= 2 and self.shape[-1] == self.shape[-2], ValueError, lambda: (
         "tensortools.add_diagonal: 'self' must be a square matrix or a batch of them "
         f"(..., N, N), got shape {list(self.shape)}"))
     return torch.empty_like(self, memory_format=torch.contiguous_format)
@@ -306,3 +316,163 @@ def _graph_conv_backward(ctx, grad):
 
 torch.library.register_autograd("tensortools::graph_conv", _graph_conv_backward,
                                 setup_context=_graph_conv_setup)
+
+
+# ---------------------------------------------------------------------------------------
+# fused Conv2d + BatchNorm2d
+
+
+def _pair(fn_name: str, name: str, value: Any) -> tuple[int, int]:
+    values = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
+    if len(values) != 2 or any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+        raise TypeError(f"tensortools.ops.{fn_name}: '{name}' must be an int or a pair of "
+                        f"ints, got {value!r}")
+    return values
+
+
+def fused_conv_bn2d(input: Tensor, weight: Tensor, running_mean: Tensor | None = None,
+                    running_var: Tensor | None = None, gamma: Tensor | None = None,
+                    beta: Tensor | None = None, stride: int | tuple[int, int] = 1,
+                    padding: int | tuple[int, int] = 0, training: bool = True,
+                    momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """``batch_norm(conv2d(input, weight, stride=stride, padding=padding), ...)`` fused.
+
+    ``input`` N×C_in×H×W, ``weight`` C_out×C_in×kH×kW (no bias, dilation 1, one group);
+    ``running_mean``, ``running_var``, ``gamma`` and ``beta`` C_out or None. Returns
+    N×C_out×H_out×W_out. The batch-norm arguments mean what they mean to
+    :func:`torch.nn.functional.batch_norm` (``gamma``/``beta`` are its weight/bias):
+    training normalises with the batch statistics and, when running statistics are given,
+    updates them in place with ``momentum``; otherwise the running statistics are used,
+    folded into the convolution's weight and bias.
+
+    For backward, training saves only ``input``, ``weight``, ``gamma`` and two per-channel
+    statistics, and recomputes the convolution, instead of keeping its output.
+    """
+    optional = (running_mean, running_var, gamma, beta)
+    relevant = (input, weight) + tuple(t for t in optional if t is not None)
+    if has_torch_function(relevant):
+        return handle_torch_function(
+            fused_conv_bn2d, relevant, input, weight, running_mean, running_var, gamma, beta,
+            stride=stride, padding=padding, training=training, momentum=momentum, eps=eps)
+    fn = "fused_conv_bn2d"
+    _check_tensors(fn, ("input", "weight"), (input, weight))
+    for name, t in zip(("running_mean", "running_var", "gamma", "beta"), optional):
+        if t is not None:
+            _check_tensors(fn, (name,), (t,))
+    stride, padding = _pair(fn, "stride", stride), _pair(fn, "padding", padding)
+    _check_number(fn, "momentum", momentum)
+    _check_number(fn, "eps", eps)
+    if (running_mean is None) != (running_var is None):
+        raise ValueError(f"tensortools.ops.{fn}: give both 'running_mean' and 'running_var' "
+                         "or neither")
+    if not training:
+        if running_mean is None:
+            raise ValueError(f"tensortools.ops.{fn}: 'running_mean' and 'running_var' are "
+                             "required when not training")
+        return _conv_bn2d_folded(input, weight, running_mean, running_var, gamma, beta,
+                                 stride, padding, eps)
+    if running_mean is not None:
+        _check_conv_bn2d(input, weight, gamma, beta, stride, padding,
+                         {"running_mean": running_mean, "running_var": running_var})
+    out, mean, var = torch.ops.tensortools.conv_bn2d_forward.default(
+        input, weight, gamma, beta, stride, padding, eps)
+    count = out.numel() // max(out.shape[1], 1)
+    if running_mean is not None and count > 0:
+        with torch.no_grad():
+            running_mean.lerp_(mean, momentum)
+            running_var.lerp_(var * (count / (count - 1)), momentum)
+    return out
+
+
+def _conv_bn2d_folded(input, weight, running_mean, running_var, gamma, beta, stride,
+                      padding, eps):
+    """Inference: the running statistics folded into the convolution, one conv2d call."""
+    _check_conv_bn2d(input, weight, gamma, beta, stride, padding,
+                     {"running_mean": running_mean, "running_var": running_var})
+    scale = torch.rsqrt(running_var + eps)
+    if gamma is not None:
+        scale = scale * gamma
+    bias = -running_mean * scale
+    if beta is not None:
+        bias = bias + beta
+    return torch.nn.functional.conv2d(input, weight * scale.reshape(-1, 1, 1, 1), bias,
+                                      stride, padding)
+
+
+def _check_conv_bn2d(input, weight, gamma, beta, stride, padding, extra=None):
+    """The C++ kernel's argument checks, for fake tensors and the inference path.
+    Returns the output shape."""
+    op = "tensortools.fused_conv_bn2d"
+    per_channel = {k: v for k, v in (("gamma", gamma), ("beta", beta), *(extra or {}).items())
+                   if v is not None}
+    _check_floating(op, "input", input)
+    _check_fake(op, {"input": input, "weight": weight, **per_channel},
+                {"input": 4, "weight": 4})
+    _expect(weight.shape[1] == input.shape[1], ValueError, lambda: (
+        f"{op}: 'weight' has in_channels {weight.shape[1]} but 'input' has "
+        f"{input.shape[1]}"))
+    for name, t in per_channel.items():
+        _check_shape(op, name, t, (weight.shape[0],))
+    _expect(min(stride) >= 1, ValueError,
+            lambda: f"{op}: 'stride' must be >= 1, got {list(stride)}")
+    _expect(min(padding) >= 0, ValueError,
+            lambda: f"{op}: 'padding' must be >= 0, got {list(padding)}")
+    padded = [input.shape[2 + d] + 2 * padding[d] for d in range(2)]
+    _expect(padded[0] >= weight.shape[2] and padded[1] >= weight.shape[3], ValueError,
+            lambda: (f"{op}: the padded input ({padded[0]} x {padded[1]}) is smaller than the "
+                     f"kernel; 'input' has shape {list(input.shape)}, 'weight' "
+                     f"{list(weight.shape)}"))
+    return (input.shape[0], weight.shape[0],
+            *((padded[d] - weight.shape[2 + d]) // stride[d] + 1 for d in range(2)))
+
+
+@torch.library.register_fake("tensortools::conv_bn2d_forward")
+def _conv_bn2d_forward_fake(input, weight, gamma, beta, stride, padding, eps):
+    shape = _check_conv_bn2d(input, weight, gamma, beta, stride, padding)
+    _expect(shape[0] * shape[2] * shape[3] != 1, ValueError, lambda: (
+        "tensortools.fused_conv_bn2d: expected more than 1 value per channel when training"))
+    return input.new_empty(shape), weight.new_empty(shape[1]), weight.new_empty(shape[1])
+
+
+@torch.library.register_fake("tensortools::conv_bn2d_backward")
+def _conv_bn2d_backward_fake(grad_output, input, weight, gamma, mean, var, stride, padding,
+                             eps, output_mask):
+    shape = _check_conv_bn2d(input, weight, gamma, None, stride, padding,
+                             {"mean": mean, "var": var})
+    _check_shape("tensortools.fused_conv_bn2d", "grad_output", grad_output, shape)
+    channels = weight.shape[0]
+    return (input.new_empty(input.shape) if output_mask[0] else None,
+            weight.new_empty(weight.shape) if output_mask[1] else None,
+            weight.new_empty(channels) if output_mask[2] else None,
+            weight.new_empty(channels) if output_mask[2] else None)
+
+
+def _conv_bn2d_setup(ctx, inputs, output):
+    input, weight, gamma, beta, stride, padding, eps = inputs
+    _, mean, var = output
+    ctx.save_for_backward(input, weight, gamma, mean, var)
+    ctx.geometry = (stride, padding, eps)
+    ctx.mark_non_differentiable(mean, var)
+
+
+def _conv_bn2d_backward(ctx, grad_output, _grad_mean, _grad_var):
+    input, weight, gamma, mean, var = ctx.saved_tensors
+    need_input, need_weight, need_gamma, need_beta = ctx.needs_input_grad[:4]
+    grads = torch.ops.tensortools.conv_bn2d_backward.default(
+        grad_output, input, weight, gamma, mean, var, *ctx.geometry,
+        [need_input, need_weight, need_gamma or need_beta])
+    grad_input, grad_weight, grad_gamma, grad_beta = grads
+    return (grad_input if need_input else None, grad_weight if need_weight else None,
+            grad_gamma if need_gamma else None, grad_beta if need_beta else None,
+            None, None, None)
+
+
+def _no_double_backward(ctx, *grads):
+    raise RuntimeError("tensortools.ops.fused_conv_bn2d: double backward (a gradient of "
+                       "the gradient) is not supported")
+
+
+torch.library.register_autograd("tensortools::conv_bn2d_forward", _conv_bn2d_backward,
+                                setup_context=_conv_bn2d_setup)
+torch.library.register_autograd("tensortools::conv_bn2d_backward", _no_double_backward,
+                                setup_context=lambda ctx, inputs, output: None)

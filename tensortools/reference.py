@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["axpby", "graph_conv", "lltm"]
+__all__ = ["axpby", "fused_conv_bn2d", "graph_conv", "lltm"]
 
 
 def lltm(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
@@ -39,3 +39,13 @@ def graph_conv(adj: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None) -> T
     """adj @ x @ weight (+ bias). adj N×N (dense or sparse), x N×F_in, weight F_in×F_out."""
     out = (adj @ x) @ weight
     return out if bias is None else out + bias
+
+
+def fused_conv_bn2d(input: Tensor, weight: Tensor, running_mean: Tensor | None = None,
+                    running_var: Tensor | None = None, gamma: Tensor | None = None,
+                    beta: Tensor | None = None, stride: int | tuple[int, int] = 1,
+                    padding: int | tuple[int, int] = 0, training: bool = True,
+                    momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """batch_norm(conv2d(input, weight, stride=stride, padding=padding), ...), unfused."""
+    z = F.conv2d(input, weight, None, stride, padding)
+    return F.batch_norm(z, running_mean, running_var, gamma, beta, training, momentum, eps)

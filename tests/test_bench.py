@@ -18,7 +18,8 @@ def test_lltm_rows_cover_every_variant_and_phase():
 
 def test_bench_command_writes_json(tmp_path, capsys):
     out = tmp_path / "rows.json"
-    assert bench_main(["--size", "2/3/4", "--no-compile", "--no-dispatch", "--min-run-time",
+    assert bench_main(["--size", "2/3/4", "--no-compile", "--no-dispatch", "--no-conv-bn",
+                       "--min-run-time",
                        "0.01", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert len(data["rows"]) == 6 and data["machine"]
@@ -46,3 +47,14 @@ def test_dispatch_rows_cover_every_type():
     assert all(r.median_us > 0 for r in rows)
     table = bench.format_dispatch_table(rows)
     assert "8x8" in table and "1 element" in table
+
+
+def test_conv_bn_rows_measure_both_networks():
+    rows = bench.conv_bn_rows(4, min_run_time=0.01, rounds=1)
+    assert [r.variant for r in rows] == ["Conv2d + BatchNorm2d", "FusedConvBN2d"]
+    unfused, fused = rows
+    # 4 images of 1x28x28: the fused network keeps neither convolution's output
+    conv1_out = 4 * 32 * 28 * 28 * 4
+    assert unfused.saved_bytes - fused.saved_bytes >= conv1_out
+    assert all(r.peak_bytes > 0 and r.median_us > 0 for r in rows)
+    assert "FusedConvBN2d" in bench.format_conv_bn_table(rows)

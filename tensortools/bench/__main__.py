@@ -1,4 +1,5 @@
-"""python -m tensortools.bench: LLTM timings of the fused op against plain PyTorch."""
+"""python -m tensortools.bench: the fused operators against plain PyTorch (LLTM timings,
+conv-bn memory and time) and the per-call cost of the tensor types."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import sys
 
 import torch
 
-from tensortools.bench import (LLTM_SIZES, dispatch_rows, format_dispatch_table, format_table,
-                               lltm_rows, machine_summary)
+from tensortools.bench import (LLTM_SIZES, conv_bn_rows, dispatch_rows, format_conv_bn_table,
+                               format_dispatch_table, format_table, lltm_rows,
+                               machine_summary)
 
 
 def _size(text: str) -> tuple[int, int, int]:
@@ -35,15 +37,28 @@ def main(argv: list[str] | None = None) -> int:
                         help="interleaved rounds per measurement (default 3)")
     parser.add_argument("--no-dispatch", action="store_true",
                         help="leave out the per-call cost of the tensor types")
+    parser.add_argument("--no-conv-bn", action="store_true",
+                        help="leave out fused against unfused Conv2d + BatchNorm2d")
+    parser.add_argument("--conv-bn-batch", type=int, default=256,
+                        help="batch of 1x28x28 images for the conv-bn rows (default 256)")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = parser.parse_args(argv)
 
     print(f"machine: {machine_summary()}")
-    rows = lltm_rows(args.size or LLTM_SIZES, dtype=getattr(torch, args.dtype),
-                     device=args.device, compile=not args.no_compile,
-                     min_run_time=args.min_run_time, rounds=args.rounds,
-                     progress=lambda what: print(f"  timing {what}", file=sys.stderr))
+    progress = lambda what: print(f"  timing {what}", file=sys.stderr)  # noqa: E731
+    dtype = getattr(torch, args.dtype)
+    rows = lltm_rows(args.size or LLTM_SIZES, dtype=dtype, device=args.device,
+                     compile=not args.no_compile, min_run_time=args.min_run_time,
+                     rounds=args.rounds, progress=progress)
     print(format_table(rows))
+    if not args.no_conv_bn:
+        print(f"\nTwo conv-bn layers, training step on {args.conv_bn_batch} x 1x28x28 "
+              f"({args.dtype}, {args.device})")
+        conv_bn = conv_bn_rows(args.conv_bn_batch, dtype=dtype, device=args.device,
+                               min_run_time=args.min_run_time, rounds=args.rounds,
+                               progress=progress)
+        print(format_conv_bn_table(conv_bn))
+        rows += conv_bn
     if not args.no_dispatch:
         print("\nPer-call cost of the tensor types (float32, CPU)")
         dispatch = dispatch_rows(min_run_time=args.min_run_time, rounds=args.rounds)

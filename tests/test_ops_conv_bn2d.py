@@ -1,0 +1,351 @@
+"""tensortools.ops.fused_conv_bn2d and nn.FusedConvBN2d against Conv2d + BatchNorm2d."""
+
+import pytest
+import torch
+
+from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs, nn, ops, \
+    reference
+
+# in, out, kernel, stride, padding, batch, height, width
+GEOMETRIES = [
+    (3, 5, 3, 1, 1, 4, 8, 8),
+    (1, 1, 2, 2, 0, 1, 5, 5),        # batch 1, channels 1, stride 2
+    (2, 4, (3, 2), (2, 1), (1, 0), 3, 7, 6),
+    (4, 2, 1, 1, 0, 2, 1, 3),
+    (2, 3, 5, 1, 2, 1, 4, 4),        # kernel larger than the input, covered by padding
+]
+IDS = ["3x3-pad1", "batch1-channels1-stride2", "rect", "1x1", "big-kernel"]
+
+
+def _pair_of_modules(cin, cout, k, s, p, dtype=torch.float64, **bn_kwargs):
+    conv = torch.nn.Conv2d(cin, cout, k, s, p, bias=False, dtype=dtype)
+    bn = torch.nn.BatchNorm2d(cout, dtype=dtype, **bn_kwargs)
+    if bn.affine:
+        with torch.no_grad():
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-1, 1)
+    return torch.nn.Sequential(conv, bn), nn.FusedConvBN2d.from_modules(conv, bn)
+
+
+def _params(module):
+    if isinstance(module, torch.nn.Sequential):
+        conv, bn = module
+        return [conv.weight] + ([bn.weight, bn.bias] if bn.affine else [])
+    return [module.weight] + ([module.gamma, module.beta] if module.affine else [])
+
+
+def _step(module, x, grad):
+    """Output and gradients (input, then parameters) of one forward/backward."""
+    x = x.detach().clone().requires_grad_()
+    out = module(x)
+    return [out, *torch.autograd.grad(out, [x, *_params(module)], grad)]
+
+
+def _assert_stats_equal(ref, fused):
+    bn = ref[1]
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        want = getattr(bn, name)
+        got = getattr(fused, name)
+        assert (want is None) == (got is None), name
+        if want is not None:
+            torch.testing.assert_close(got, want, msg=name)
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=IDS)
+def test_training_matches_unfused_modules_float64(geometry):
+    cin, cout, k, s, p, n, h, w = geometry
+    ref, fused = _pair_of_modules(cin, cout, k, s, p)
+    for _ in range(3):  # running statistics over several steps
+        x = torch.randn(n, cin, h, w, dtype=torch.float64) * 3 + 2
+        grad = torch.randn_like(ref[0](x))
+        for a, b in zip(_step(fused, x, grad), _step(ref, x, grad)):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    _assert_stats_equal(ref, fused)
+    ref.eval(), fused.eval()
+    x = torch.randn(n, cin, h, w, dtype=torch.float64)
+    grad = torch.randn_like(ref[0](x))
+    for a, b in zip(_step(fused, x, grad), _step(ref, x, grad)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES[:3], ids=IDS[:3])
+def test_float32_close_to_float64(geometry):
+    cin, cout, k, s, p, n, h, w = geometry
+    ref64, _ = _pair_of_modules(cin, cout, k, s, p)
+    fused = nn.FusedConvBN2d.from_modules(*[m.float() for m in _pair_of_modules(
+        cin, cout, k, s, p)[0]])
+    fused.load_state_dict({"weight": ref64[0].weight, "gamma": ref64[1].weight,
+                           "beta": ref64[1].bias, **{k2: v for k2, v in ref64[1].state_dict()
+                                                     .items() if k2.startswith(("running",
+                                                                                "num"))}})
+    x = torch.randn(n, cin, h, w, dtype=torch.float64) * 3 + 2
+    grad = torch.randn_like(ref64[0](x))
+    got = _step(fused, x.float(), grad.float())
+    want = _step(ref64, x, grad)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.double(), b, rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(fused.running_var.double(), ref64[1].running_var)
+
+
+def test_statistics_stay_accurate_with_large_mean():
+    # A channel of mean 1e4 and standard deviation 1: E[z^2] - E[z]^2 in float32 would lose
+    # every digit of the variance.
+    weight = torch.ones(1, 1, 1, 1)
+    x = 1e4 + torch.randn(64, 1, 16, 16, dtype=torch.float64)
+    got = ops.fused_conv_bn2d(x.float(), weight)
+    want = reference.fused_conv_bn2d(x, weight.double())
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"affine": False}, {"track_running_stats": False}, {"momentum": None},
+    {"affine": False, "track_running_stats": False}, {"eps": 1e-2, "momentum": 0.5},
+], ids=["no-affine", "no-running-stats", "cumulative", "neither", "eps-momentum"])
+def test_batch_norm_options_match(kwargs):
+    ref, fused = _pair_of_modules(3, 4, 3, 1, 1, **kwargs)
+    for mode in ("train", "train", "train", "eval"):
+        ref.train(mode == "train"), fused.train(mode == "train")
+        x = torch.randn(2, 3, 6, 6, dtype=torch.float64)
+        grad = torch.randn(2, 4, 6, 6, dtype=torch.float64)
+        for a, b in zip(_step(fused, x, grad), _step(ref, x, grad)):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    _assert_stats_equal(ref, fused)
+
+
+def test_functional_matches_reference_and_updates_running_stats():
+    x = torch.randn(3, 2, 5, 5, dtype=torch.float64)
+    w = torch.randn(4, 2, 3, 3, dtype=torch.float64)
+    gamma, beta = torch.rand(4, dtype=torch.float64) + 0.5, torch.randn(4, dtype=torch.float64)
+    stats = [torch.randn(4, dtype=torch.float64), torch.rand(4, dtype=torch.float64) + 1]
+    ref_stats = [t.clone() for t in stats]
+    for training in (True, False):
+        got = ops.fused_conv_bn2d(x, w, *stats, gamma, beta, stride=2, padding=1,
+                                  training=training, momentum=0.3, eps=1e-3)
+        want = reference.fused_conv_bn2d(x, w, *ref_stats, gamma, beta, stride=2, padding=1,
+                                         training=training, momentum=0.3, eps=1e-3)
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(stats, ref_stats, rtol=1e-12, atol=1e-12)
+    # training without running statistics
+    torch.testing.assert_close(ops.fused_conv_bn2d(x, w), reference.fused_conv_bn2d(x, w))
+
+
+def test_empty_batch_like_batch_norm():
+    ref, fused = _pair_of_modules(2, 3, 3, 1, 1)
+    x = torch.randn(0, 2, 5, 5, dtype=torch.float64)
+    grad = torch.randn(0, 3, 5, 5, dtype=torch.float64)
+    got, want = _step(fused, x, grad), _step(ref, x, grad)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    _assert_stats_equal(ref, fused)
+
+
+def test_non_contiguous_inputs_and_expanded_gradients():
+    ref, fused = _pair_of_modules(3, 4, 3, 1, 1)
+    base = torch.randn(2, 3, 6, 6, dtype=torch.float64)
+    for x in (base.to(memory_format=torch.channels_last), base.transpose(2, 3),
+              torch.randn(2, 3, 6, 12, dtype=torch.float64)[..., ::2]):
+        grad = torch.ones(1, 1, 1, 1, dtype=torch.float64).expand(2, 4, 6, 6)  # from .sum()
+        for a, b in zip(_step(fused, x, grad), _step(ref, x, grad)):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_gradcheck(affine):
+    x = torch.randn(2, 2, 4, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 2, 3, 3, dtype=torch.float64, requires_grad=True)
+    gamma = (torch.rand(3, dtype=torch.float64) + 0.5).requires_grad_()
+    beta = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    stats = [torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)]
+    if affine:
+        def f(*a):
+            return ops.fused_conv_bn2d(a[0], a[1], None, None, a[2], a[3], 2, 1)
+        assert torch.autograd.gradcheck(f, (x, w, gamma, beta))
+
+        def f_eval(*a):
+            return ops.fused_conv_bn2d(a[0], a[1], *stats, a[2], a[3], 1, 1, training=False)
+        assert torch.autograd.gradcheck(f_eval, (x, w, gamma, beta))
+    else:
+        assert torch.autograd.gradcheck(lambda a, b: ops.fused_conv_bn2d(a, b, padding=1),
+                                        (x, w))
+
+
+def test_double_backward_is_refused():
+    x = torch.randn(2, 2, 4, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 2, 3, 3, dtype=torch.float64, requires_grad=True)
+    (gx,) = torch.autograd.grad(ops.fused_conv_bn2d(x, w).pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        gx.sum().backward()
+
+
+def test_saves_no_tensor_of_the_output_size():
+    x = torch.randn(8, 3, 10, 10, requires_grad=True)
+    w = torch.randn(16, 3, 3, 3, requires_grad=True)
+    gamma, beta = torch.ones(16, requires_grad=True), torch.zeros(16, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        ops.fused_conv_bn2d(x, w, None, None, gamma, beta, padding=1)
+    assert sorted(t.numel() for t in saved) == sorted([x.numel(), w.numel(), 16, 16, 16])
+
+
+@pytest.mark.parametrize("mask", [(True, True, True), (False, True, False),
+                                  (True, False, True), (False, False, True)])
+def test_backward_op_honours_output_mask(mask):
+    x = torch.randn(2, 2, 5, 5, dtype=torch.float64)
+    w = torch.randn(3, 2, 3, 3, dtype=torch.float64)
+    gamma = torch.rand(3, dtype=torch.float64) + 0.5
+    _, mean, var = torch.ops.tensortools.conv_bn2d_forward(x, w, gamma, None, [1, 1], [0, 0],
+                                                           1e-5)
+    grad = torch.randn(2, 3, 3, 3, dtype=torch.float64)
+    got = torch.ops.tensortools.conv_bn2d_backward(grad, x, w, gamma, mean, var, [1, 1],
+                                                   [0, 0], 1e-5, list(mask))
+    args = [t.clone().requires_grad_() for t in (x, w, gamma)]
+    beta = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    want = torch.autograd.grad(reference.fused_conv_bn2d(args[0], args[1], None, None,
+                                                         args[2], beta), [*args, beta], grad)
+    wanted = [mask[0], mask[1], mask[2], mask[2]]
+    for g, r, on in zip(got, want, wanted):
+        if on:
+            torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
+        else:
+            assert g is None
+
+
+@pytest.mark.parametrize("geometry", [(2, 2, 3, 1, 1, 3, 5, 5), (1, 1, 2, 2, 0, 1, 4, 4)])
+def test_opcheck(geometry):
+    cin, cout, k, s, p, n, h, w = geometry
+    x = torch.randn(n, cin, h, w, requires_grad=True)
+    weight = torch.randn(cout, cin, k, k, requires_grad=True)
+    gamma = torch.rand(cout, requires_grad=True)
+    beta = torch.randn(cout, requires_grad=True)
+    fwd = torch.ops.tensortools.conv_bn2d_forward.default
+    torch.library.opcheck(fwd, (x, weight, gamma, beta, [s, s], [p, p], 1e-5))
+    torch.library.opcheck(fwd, (x, weight, None, None, [s, s], [p, p], 1e-5))
+    out, mean, var = fwd(x.detach(), weight.detach(), gamma.detach(), beta.detach(), [s, s],
+                         [p, p], 1e-5)
+    grad = torch.randn_like(out)
+    bwd = torch.ops.tensortools.conv_bn2d_backward.default
+    for mask in ([True, True, True], [False, True, False]):
+        torch.library.opcheck(bwd, (grad, x.detach(), weight.detach(), gamma.detach(), mean,
+                                    var, [s, s], [p, p], 1e-5, mask))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compile_fullgraph_training_and_eval(backend):
+    torch._dynamo.reset()
+    eager = nn.FusedConvBN2d(3, 8, 3, stride=2, padding=1)
+    compiled_module = nn.FusedConvBN2d(3, 8, 3, stride=2, padding=1)
+    compiled_module.load_state_dict(eager.state_dict())
+    compiled = torch.compile(compiled_module, fullgraph=True, backend=backend)
+    x = torch.randn(4, 3, 9, 9)
+    grad = torch.randn(4, 8, 5, 5)
+    for a, b in zip(_step(compiled, x, grad), _step(eager, x, grad)):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(compiled_module.state_dict(), eager.state_dict())
+    compiled_module.eval(), eager.eval()
+    torch.testing.assert_close(compiled(x), eager(x))
+
+
+def _bad(**changes):
+    args = {"input": torch.randn(2, 3, 5, 5), "weight": torch.randn(4, 3, 3, 3),
+            "running_mean": torch.zeros(4), "running_var": torch.ones(4),
+            "gamma": torch.ones(4), "beta": torch.zeros(4)}
+    args.update(changes)
+    options = {k: args.pop(k) for k in ("stride", "padding", "training", "momentum", "eps")
+               if k in args}
+    return ops.fused_conv_bn2d(**args, **options)
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("changes,error,words", [
+    ({"input": torch.randn(3, 5, 5)}, ValueError, "'input' must be 4-D"),
+    ({"weight": torch.randn(4, 2, 3, 3)}, ValueError, "'weight' has in_channels 2 but 'input'"),
+    ({"gamma": torch.ones(3)}, ValueError, r"'gamma' must have shape \[4\]"),
+    ({"beta": torch.ones(4, 1)}, ValueError, r"'beta' must have shape \[4\]"),
+    ({"running_var": torch.ones(5)}, ValueError, r"'running_var' must have shape \[4\]"),
+    ({"weight": torch.randn(4, 3, 3, 3, dtype=torch.float64)}, TypeError,
+     "'weight' must have the same dtype as 'input'"),
+    ({"input": torch.ones(2, 3, 5, 5, dtype=torch.long),
+      "weight": torch.ones(4, 3, 3, 3, dtype=torch.long)}, TypeError, "'input' must have"),
+    ({"weight": torch.randn(4, 3, 7, 7)}, ValueError, "smaller than the kernel"),
+    ({"stride": 0}, ValueError, "'stride' must be >= 1"),
+    ({"padding": (1, -1)}, ValueError, "'padding' must be >= 0"),
+    ({"stride": 1.5}, TypeError, "'stride' must be an int or a pair"),
+    ({"padding": (1, 2, 3)}, TypeError, "'padding' must be an int or a pair"),
+    ({"momentum": "0.1"}, TypeError, "'momentum' must be a real number"),
+    ({"running_var": None}, ValueError, "both 'running_mean' and 'running_var'"),
+    ({"gamma": [1.0] * 4}, TypeError, "'gamma' must be a torch.Tensor"),
+    ({"input": torch.randn(2, 3, 5, 5).to_sparse()}, TypeError, "dense"),
+])
+def test_bad_input_names_the_argument(changes, error, words, training):
+    with pytest.raises(error, match=words):
+        _bad(training=training, **changes)
+
+
+def test_training_needs_more_than_one_value_per_channel():
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        _bad(input=torch.randn(1, 3, 3, 3))
+    _bad(input=torch.randn(1, 3, 3, 3), training=False)  # fine with running statistics
+    with pytest.raises(ValueError, match="required when not training"):
+        _bad(running_mean=None, running_var=None, training=False)
+
+
+def test_fake_kernel_checks_like_the_kernel():
+    with torch.device("meta"):
+        with pytest.raises(ValueError, match="'weight' has in_channels 2 but 'input'"):
+            _bad(weight=torch.randn(4, 2, 3, 3))
+        out = _bad(running_mean=None, running_var=None, stride=2, padding=1)
+    assert out.shape == (2, 4, 3, 3) and out.device.type == "meta"
+
+
+@pytest.mark.parametrize("args,error,words", [
+    ((0, 4, 3), ValueError, "'in_channels' must be positive"),
+    ((3, 4, 0), ValueError, "'kernel_size' must be >= 1"),
+    ((3, 4, 3.0), TypeError, "'kernel_size' must be an int or a pair"),
+    ((3, 4, 3, 1, -1), ValueError, "'padding' must be >= 0"),
+])
+def test_module_bad_constructor_arguments(args, error, words):
+    with pytest.raises(error, match=words):
+        nn.FusedConvBN2d(*args)
+
+
+def test_module_init_and_from_modules():
+    fused = nn.FusedConvBN2d(3, 4, (3, 2), stride=2, padding=(1, 0))
+    assert fused.weight.shape == (4, 3, 3, 2)
+    assert torch.equal(fused.gamma, torch.ones(4)) and torch.equal(fused.beta, torch.zeros(4))
+    assert torch.equal(fused.running_var, torch.ones(4)) and fused.num_batches_tracked == 0
+    bound = 1 / (3 * 3 * 2) ** 0.5  # Conv2d's default initialisation bound
+    assert fused.weight.abs().max() <= bound
+    assert "kernel_size=(3, 2), stride=(2, 2), padding=(1, 0)" in repr(fused)
+    with pytest.raises(ValueError, match="bias=False"):
+        nn.FusedConvBN2d.from_modules(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    with pytest.raises(ValueError, match="'bn' has 5 features"):
+        nn.FusedConvBN2d.from_modules(torch.nn.Conv2d(3, 4, 3, bias=False),
+                                      torch.nn.BatchNorm2d(5))
+
+
+# --- tensor types -----------------------------------------------------------------------
+
+def test_with_metadata_tensor_input():
+    ref, fused = _pair_of_modules(2, 3, 3, 1, 1)
+    x = torch.randn(2, 2, 5, 5, dtype=torch.float64)
+    out = fused(MetadataTensor(x, {"batch": 7}))
+    assert isinstance(out, MetadataTensor) and out.metadata == {"batch": 7}
+    torch.testing.assert_close(out.as_subclass(torch.Tensor), ref(x), rtol=1e-10, atol=1e-10)
+    _assert_stats_equal(ref, fused)  # the running statistics were updated in place
+
+
+def test_with_logging_tensor_input():
+    ref, fused = _pair_of_modules(2, 3, 3, 1, 1)
+    x = torch.randn(2, 2, 5, 5, dtype=torch.float64)
+    with capture_logs() as logs:
+        out = fused(LoggingTensor(x))
+    assert isinstance(out, LoggingTensor)
+    assert [r.function for r in logs] == ["tensortools.ops.fused_conv_bn2d"]
+    torch.testing.assert_close(out.as_subclass(torch.Tensor), ref(x), rtol=1e-10, atol=1e-10)
+
+
+def test_scalar_tensor_argument_is_refused_clearly():
+    # A ScalarTensor is an N x N matrix: there is no structured convolution of it, and as a
+    # dense 2-D tensor it is not a valid input either.
+    with pytest.raises((TypeError, ValueError), match="input|fused_conv_bn2d"):
+        ops.fused_conv_bn2d(ScalarTensor(3, 2.0), torch.randn(4, 3, 3, 3))
