@@ -95,3 +95,28 @@ def jit_load(verbose: bool = False) -> ModuleType:
         with_cuda=cfg.with_cuda,
         verbose=verbose,
     )
+
+
+def cuda_sources() -> list[Path]:
+    """Every CUDA source under csrc/."""
+    return sorted(CSRC.rglob("*.cu"))
+
+
+def nvcc_check_command(source: Path, output: Path, shim: Path) -> list[str]:
+    """An `nvcc -c` of one CUDA source with torch's include paths and the extension's
+    nvcc flags, for checking that it compiles where no CUDA build of torch is installed.
+
+    A CPU wheel of torch ships the c10/cuda headers but not the header CMake generates
+    next to them (c10/cuda/impl/cuda_cmake_macros.h); a stand-in for it is written
+    under `shim`. C++17 is the oldest standard the supported torch versions build with.
+    """
+    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS, include_paths
+
+    generated = shim / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
+    generated.parent.mkdir(parents=True, exist_ok=True)
+    generated.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    includes = [f"-I{p}" for p in include_paths()] + [f"-I{shim}", f"-I{CSRC}"]
+    return ["nvcc", "-c", "-std=c++17", "-arch=sm_90", *COMMON_NVCC_FLAGS,
+            # torch's newest headers use C++20 bit-field initialisers; accepted with a warning
+            "-diag-suppress", "3306", "-Xcompiler", "-Wno-c++20-extensions",
+            *includes, "-DWITH_CUDA", "-o", str(output), str(source)]

@@ -379,8 +379,8 @@ def fused_conv_bn2d(input: Tensor, weight: Tensor, running_mean: Tensor | None =
     count = out.numel() // max(out.shape[1], 1)
     if running_mean is not None and count > 0:
         with torch.no_grad():
-            running_mean.lerp_(mean, momentum)
-            running_var.lerp_(var * (count / (count - 1)), momentum)
+            running_mean.lerp_(mean.to(running_mean.dtype), momentum)
+            running_var.lerp_((var * (count / (count - 1))).to(running_var.dtype), momentum)
     return out
 
 
@@ -431,14 +431,18 @@ def _conv_bn2d_forward_fake(input, weight, gamma, beta, stride, padding, eps):
     shape = _check_conv_bn2d(input, weight, gamma, beta, stride, padding)
     _expect(shape[0] * shape[2] * shape[3] != 1, ValueError, lambda: (
         "tensortools.fused_conv_bn2d: expected more than 1 value per channel when training"))
-    return input.new_empty(shape), weight.new_empty(shape[1]), weight.new_empty(shape[1])
+    # statistics in float for the half types, which compute in float
+    stats = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
+    return (input.new_empty(shape), weight.new_empty(shape[1], dtype=stats),
+            weight.new_empty(shape[1], dtype=stats))
 
 
 @torch.library.register_fake("tensortools::conv_bn2d_backward")
 def _conv_bn2d_backward_fake(grad_output, input, weight, gamma, mean, var, stride, padding,
                              eps, output_mask):
-    shape = _check_conv_bn2d(input, weight, gamma, None, stride, padding,
-                             {"mean": mean, "var": var})
+    shape = _check_conv_bn2d(input, weight, gamma, None, stride, padding)
+    for name, t in (("mean", mean), ("var", var)):
+        _check_shape("tensortools.fused_conv_bn2d", name, t, (weight.shape[0],))
     _check_shape("tensortools.fused_conv_bn2d", "grad_output", grad_output, shape)
     channels = weight.shape[0]
     return (input.new_empty(input.shape) if output_mask[0] else None,

@@ -1,6 +1,8 @@
 """The build's promises: the JIT development path and the CUDA switch."""
 
+import concurrent.futures
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +11,7 @@ import pytest
 import torch
 
 import tensortools
+from tensortools import _extension
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,3 +44,24 @@ def test_jit_path_compiles_same_sources_and_says_so():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "jit ok" in proc.stdout
     assert "TENSORTOOLS_JIT is set, compiling" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_every_cuda_source_compiles(tmp_path):
+    # CI has nvcc but no GPU and a CPU torch: compiling each .cu file here keeps the CUDA
+    # kernels from rotting unnoticed between runs on a GPU machine.
+    sources = _extension.cuda_sources()
+    assert {s.name for s in sources} >= {"lltm_kernel.cu", "conv_bn2d_kernel.cu",
+                                         "axpby_kernel.cu", "scalar_ops_kernel.cu"}
+
+    def compile_one(source):
+        cmd = _extension.nvcc_check_command(source, tmp_path / f"{source.stem}.o",
+                                            tmp_path / "shim")
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+        return source.name, proc.returncode, proc.stderr
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        results = list(pool.map(compile_one, sources))
+    failed = {name: err[-3000:] for name, rc, err in results if rc != 0}
+    assert not failed, failed

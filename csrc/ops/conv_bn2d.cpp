@@ -35,6 +35,10 @@ void check_affine(const std::optional<at::Tensor>& t, const char* name, const Ar
 
 }  // namespace
 
+at::ScalarType stats_dtype(at::ScalarType input) {
+  return input == at::kHalf || input == at::kBFloat16 ? at::kFloat : input;
+}
+
 void check_forward_args(const at::Tensor& input, const at::Tensor& weight,
                         const std::optional<at::Tensor>& gamma,
                         const std::optional<at::Tensor>& beta, at::IntArrayRef stride,
@@ -75,8 +79,14 @@ void check_backward_args(const at::Tensor& grad_output, const at::Tensor& input,
   for (const Arg& a : {a_grad, a_mean, a_var}) {
     checks::defined(kOp, a);
     checks::strided(kOp, a);
-    checks::same_dtype(kOp, a, a_input);
     checks::same_device(kOp, a, a_input);
+  }
+  checks::same_dtype(kOp, a_grad, a_input);
+  const at::ScalarType stats = stats_dtype(input.scalar_type());
+  for (const Arg& a : {a_mean, a_var}) {
+    TORCH_CHECK_TYPE(a.tensor.scalar_type() == stats, kOp, ": '", a.name, "' must have dtype ",
+                     stats, " for 'input' of dtype ", input.scalar_type(), ", got ",
+                     a.tensor.scalar_type());
   }
   const int64_t out_channels = weight.size(0);
   const int64_t height = (input.size(2) + 2 * padding[0] - weight.size(2)) / stride[0] + 1;

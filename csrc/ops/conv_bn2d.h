@@ -5,7 +5,7 @@
 // z is N×C_out×H_out×W_out.
 //
 // conv_bn2d_forward returns (output, mean, var): the batch-normalised z, and z's
-// per-channel mean and biased variance. Backward needs only input, weight, gamma and these
+// per-channel mean and biased variance (in stats_dtype). Backward needs only input, weight, gamma and these
 // statistics: it recomputes z, so nothing of z's size is kept between the passes.
 #pragma once
 
@@ -16,6 +16,10 @@
 #include <optional>
 
 namespace tensortools::conv_bn2d {
+
+// The dtype of the statistics (mean, var) for an input dtype: float for the half types,
+// which compute in float, else the input's.
+at::ScalarType stats_dtype(at::ScalarType input);
 
 // Validates the forward arguments (ranks, shapes, dtypes in `allowed`, one device, the
 // geometry giving a non-empty output).

@@ -1,6 +1,7 @@
 // graph_conv: schema and argument checks. Kernels live in cpu/.
 #include "graph_conv.h"
 
+#include <ATen/ATen.h>
 #include <torch/library.h>
 
 #include "../checks.h"
@@ -32,6 +33,19 @@ void check_args(const at::Tensor& adj, const at::Tensor& x, const at::Tensor& we
     checks::shape(op, a_bias, {F_out}, "out_features");
   }
   (void)F_in;
+}
+
+at::Tensor graph_conv(const at::Tensor& adj, const at::Tensor& x, const at::Tensor& weight,
+                      const std::optional<at::Tensor>& bias,
+                      c10::ArrayRef<at::ScalarType> allowed) {
+  check_args(adj, x, weight, bias, allowed);
+  const bool has_bias = bias.has_value() && bias->defined();
+  if (adj_first(x.size(1), weight.size(1))) {
+    const at::Tensor ax = at::mm(adj, x);  // sparse @ dense gives dense
+    return has_bias ? at::addmm(*bias, ax, weight) : at::mm(ax, weight);
+  }
+  at::Tensor out = at::mm(adj, at::mm(x, weight));
+  return has_bias ? out.add_(*bias) : out;
 }
 
 }  // namespace tensortools::graph_conv

@@ -1,6 +1,7 @@
 // LLTM: operator schemas and argument checks. Kernels live in cpu/ and cuda/.
 #include "lltm.h"
 
+#include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -29,6 +30,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_back
                        .findSchemaOrThrow("tensortools::lltm_backward", "")
                        .typed<decltype(lltm_backward)>();
   return op.call(grad_h, grad_cell, new_cell, gates, X, weights);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_products(
+    const at::Tensor& d_gates, const at::Tensor& X, const at::Tensor& weights, int64_t S) {
+  // X = [old_h | input]: one product gives d_X, whose two column blocks are copied out
+  // (cheaper than a second matrix product). Always copies: outputs must not share storage,
+  // and with one row (or F = 0) a block is already contiguous.
+  const int64_t F = X.size(1) - S;
+  at::Tensor d_weights = at::mm(d_gates.t(), X);
+  at::Tensor d_bias = d_gates.sum(/*dim=*/0);
+  at::Tensor d_X = at::mm(d_gates, weights);
+  at::Tensor d_old_h = d_X.narrow(1, 0, S).clone(at::MemoryFormat::Contiguous);
+  at::Tensor d_input = d_X.narrow(1, S, F).clone(at::MemoryFormat::Contiguous);
+  return {d_input, d_weights, d_bias, d_old_h};
 }
 
 void check_forward_args(const at::Tensor& input, const at::Tensor& weights,

@@ -23,6 +23,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_back
     const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
     const at::Tensor& gates, const at::Tensor& X, const at::Tensor& weights);
 
+// The matrix products of the backward pass, from the gradient of the pre-activation
+// gates (B×3S): returns (d_input, d_weights, d_bias, d_old_h). Every backend's kernel
+// finishes with it.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_products(
+    const at::Tensor& d_gates, const at::Tensor& X, const at::Tensor& weights, int64_t S);
+
 // Validates the forward arguments (ranks, shapes, dtypes in `allowed`, one device).
 void check_forward_args(const at::Tensor& input, const at::Tensor& weights,
                         const at::Tensor& bias, const at::Tensor& old_h,

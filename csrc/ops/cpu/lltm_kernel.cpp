@@ -124,7 +124,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_back
     const at::Tensor& grad_h_, const at::Tensor& grad_cell_, const at::Tensor& new_cell_,
     const at::Tensor& gates_, const at::Tensor& X, const at::Tensor& weights) {
   check_backward_args(grad_h_, grad_cell_, new_cell_, gates_, X, weights, kCpuFloatingTypes);
-  const int64_t B = new_cell_.size(0), S = new_cell_.size(1), F = X.size(1) - S;
+  const int64_t B = new_cell_.size(0), S = new_cell_.size(1);
 
   // Gradients arriving from reductions are often expanded (stride 0): copy once here.
   const at::Tensor grad_h = grad_h_.contiguous();
@@ -146,14 +146,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_back
     });
   });
 
-  // X = [old_h | input]: one product gives d_X, whose two column blocks are copied out
-  // (cheaper than a second matrix product). Always copies: outputs must not share storage,
-  // and with one row (or F = 0) a block is already contiguous.
-  at::Tensor d_weights = at::mm(d_gates.t(), X);
-  at::Tensor d_bias = d_gates.sum(/*dim=*/0);
-  at::Tensor d_X = at::mm(d_gates, weights);
-  at::Tensor d_old_h = d_X.narrow(1, 0, S).clone(at::MemoryFormat::Contiguous);
-  at::Tensor d_input = d_X.narrow(1, S, F).clone(at::MemoryFormat::Contiguous);
+  auto [d_input, d_weights, d_bias, d_old_h] = backward_products(d_gates, X, weights, S);
   return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
 }
 
