@@ -32,6 +32,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_back
   return op.call(grad_h, grad_cell, new_cell, gates, X, weights);
 }
 
+ForwardBuffers forward_buffers(const at::Tensor& input, const at::Tensor& weights,
+                               const at::Tensor& bias, const at::Tensor& old_h,
+                               const at::Tensor& old_cell) {
+  // cat and addmm accept any strides and produce contiguous results; only old_cell is
+  // read directly by the pointwise pass.
+  const int64_t B = input.size(0), S = old_h.size(1);
+  ForwardBuffers out;
+  out.X = at::cat({old_h, input}, /*dim=*/1);
+  out.gates = at::addmm(bias, out.X, weights.t());
+  out.old_cell = old_cell.contiguous();
+  out.new_h = at::empty({B, S}, out.old_cell.options());
+  out.new_cell = at::empty({B, S}, out.old_cell.options());
+  return out;
+}
+
+BackwardBuffers backward_buffers(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                                 const at::Tensor& new_cell, const at::Tensor& gates) {
+  const int64_t B = new_cell.size(0), S = new_cell.size(1);
+  BackwardBuffers out{grad_h.contiguous(), grad_cell.contiguous(), new_cell.contiguous(),
+                      gates.contiguous(), {}, {}};
+  out.d_gates = at::empty({B, 3 * S}, out.gates.options());
+  out.d_old_cell = at::empty({B, S}, out.gates.options());
+  return out;
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_products(
     const at::Tensor& d_gates, const at::Tensor& X, const at::Tensor& weights, int64_t S) {
   // X = [old_h | input]: one product gives d_X, whose two column blocks are copied out

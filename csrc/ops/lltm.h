@@ -23,6 +23,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_back
     const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
     const at::Tensor& gates, const at::Tensor& X, const at::Tensor& weights);
 
+// Where every backend's forward kernel starts: X = [old_h | input], the pre-activation
+// gates X @ weights.T + bias (B×3S, ATen's matrix product), old_cell made contiguous, and
+// the two outputs to fill.
+struct ForwardBuffers {
+  at::Tensor X, gates, old_cell, new_h, new_cell;
+};
+ForwardBuffers forward_buffers(const at::Tensor& input, const at::Tensor& weights,
+                               const at::Tensor& bias, const at::Tensor& old_h,
+                               const at::Tensor& old_cell);
+
+// Where every backend's backward kernel starts: its inputs made contiguous once
+// (gradients from reductions are often expanded) and the two pointwise outputs to fill.
+struct BackwardBuffers {
+  at::Tensor grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell;
+};
+BackwardBuffers backward_buffers(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                                 const at::Tensor& new_cell, const at::Tensor& gates);
+
 // The matrix products of the backward pass, from the gradient of the pre-activation
 // gates (B×3S): returns (d_input, d_weights, d_bias, d_old_h). Every backend's kernel
 // finishes with it.

@@ -100,13 +100,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_forward_cpu(
   check_forward_args(input, weights, bias, old_h, old_cell_, kCpuFloatingTypes);
   const int64_t B = input.size(0), S = old_h.size(1);
 
-  // cat and addmm accept any strides and produce contiguous results; only old_cell is
-  // read directly by the pointwise pass.
-  at::Tensor X = at::cat({old_h, input}, /*dim=*/1);
-  at::Tensor gates = at::addmm(bias, X, weights.t());  // B × 3S, pre-activation
-  const at::Tensor old_cell = old_cell_.contiguous();
-  at::Tensor new_h = at::empty({B, S}, old_cell.options());
-  at::Tensor new_cell = at::empty({B, S}, old_cell.options());
+  // Named references, not structured bindings: C++17 lambdas cannot capture those.
+  ForwardBuffers buf = forward_buffers(input, weights, bias, old_h, old_cell_);
+  const at::Tensor &X = buf.X, &gates = buf.gates, &old_cell = buf.old_cell;
+  const at::Tensor &new_h = buf.new_h, &new_cell = buf.new_cell;
 
   AT_DISPATCH_FLOATING_TYPES(gates.scalar_type(), "lltm_forward_cpu", [&] {
     scalar_t* g = gates.data_ptr<scalar_t>();
@@ -126,13 +123,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_back
   check_backward_args(grad_h_, grad_cell_, new_cell_, gates_, X, weights, kCpuFloatingTypes);
   const int64_t B = new_cell_.size(0), S = new_cell_.size(1);
 
-  // Gradients arriving from reductions are often expanded (stride 0): copy once here.
-  const at::Tensor grad_h = grad_h_.contiguous();
-  const at::Tensor grad_cell = grad_cell_.contiguous();
-  const at::Tensor new_cell = new_cell_.contiguous();
-  const at::Tensor gates = gates_.contiguous();
-  at::Tensor d_gates = at::empty({B, 3 * S}, gates.options());
-  at::Tensor d_old_cell = at::empty({B, S}, gates.options());
+  BackwardBuffers buf = backward_buffers(grad_h_, grad_cell_, new_cell_, gates_);
+  const at::Tensor &grad_h = buf.grad_h, &grad_cell = buf.grad_cell;
+  const at::Tensor &new_cell = buf.new_cell, &gates = buf.gates;
+  const at::Tensor &d_gates = buf.d_gates, &d_old_cell = buf.d_old_cell;
 
   AT_DISPATCH_FLOATING_TYPES(gates.scalar_type(), "lltm_backward_cpu", [&] {
     const scalar_t* g = gates.const_data_ptr<scalar_t>();

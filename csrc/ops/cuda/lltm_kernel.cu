@@ -74,11 +74,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_forward_cuda(
   check_forward_args(input, weights, bias, old_h, old_cell_, kCudaFloatingTypes);
   const c10::cuda::CUDAGuard guard(input.device());
   const int64_t B = input.size(0), S = old_h.size(1);
-  at::Tensor X = at::cat({old_h, input}, /*dim=*/1);
-  at::Tensor gates = at::addmm(bias, X, weights.t());  // B × 3S, pre-activation
-  const at::Tensor old_cell = old_cell_.contiguous();
-  at::Tensor new_h = at::empty({B, S}, old_cell.options());
-  at::Tensor new_cell = at::empty({B, S}, old_cell.options());
+  // Named references, not structured bindings: C++17 lambdas cannot capture those.
+  ForwardBuffers buf = forward_buffers(input, weights, bias, old_h, old_cell_);
+  const at::Tensor &X = buf.X, &gates = buf.gates, &old_cell = buf.old_cell;
+  const at::Tensor &new_h = buf.new_h, &new_cell = buf.new_cell;
   if (B * S == 0) {
     return {new_h, new_cell, gates, X};
   }
@@ -103,13 +102,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_back
   check_backward_args(grad_h_, grad_cell_, new_cell_, gates_, X, weights, kCudaFloatingTypes);
   const c10::cuda::CUDAGuard guard(new_cell_.device());
   const int64_t B = new_cell_.size(0), S = new_cell_.size(1);
-  // Gradients arriving from reductions are often expanded (stride 0): copy once here.
-  const at::Tensor grad_h = grad_h_.contiguous();
-  const at::Tensor grad_cell = grad_cell_.contiguous();
-  const at::Tensor new_cell = new_cell_.contiguous();
-  const at::Tensor gates = gates_.contiguous();
-  at::Tensor d_gates = at::empty({B, 3 * S}, gates.options());
-  at::Tensor d_old_cell = at::empty({B, S}, gates.options());
+  BackwardBuffers buf = backward_buffers(grad_h_, grad_cell_, new_cell_, gates_);
+  const at::Tensor &grad_h = buf.grad_h, &grad_cell = buf.grad_cell;
+  const at::Tensor &new_cell = buf.new_cell, &gates = buf.gates;
+  const at::Tensor &d_gates = buf.d_gates, &d_old_cell = buf.d_old_cell;
   if (B * S > 0) {
     const auto stream = c10::cuda::getCurrentCUDAStream();
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(),
