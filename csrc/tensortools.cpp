@@ -3,6 +3,8 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include "python/metadata_dispatch.h"
+
 // Operators are defined with TORCH_LIBRARY_FRAGMENT next to their kernels.
 TORCH_LIBRARY(tensortools, m) {}
 
@@ -13,4 +15,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #else
   m.attr("with_cuda") = false;
 #endif
+  tensortools::python::add_metadata_dispatch(m);
 }

@@ -36,6 +36,8 @@ step() {  # step NAME COMMAND...: run, keep its output in $OUT/NAME.log, remembe
 step build "$PY" -m pip install --no-build-isolation --no-deps -e . || { echo "build failed"; exit 1; }
 step with-cuda "$PY" -c "import tensortools; assert tensortools.with_cuda, 'built without CUDA'; print('with_cuda', tensortools.with_cuda)"
 step tests "$PY" -m pytest -q -rs --junitxml="$OUT/tests.xml" tests
+# float32 and bfloat16; draw the JSON anywhere with matplotlib:
+#   python -m tensortools.bench.plot RESULTS_DIR/bench.json bench-gpu.png
 step bench "$PY" -m tensortools.bench --device cuda --json "$OUT/bench.json" --no-dispatch
 step bandwidth "$PY" -m tensortools.bench.bandwidth
 if command -v compute-sanitizer >/dev/null; then

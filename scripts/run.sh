@@ -90,6 +90,9 @@ ensure_deps() {
     # op_db sweeps need expecttest (they skip without it); tqdm draws progress bars.
     install_missing optional expecttest tqdm
   fi
+  if [[ "$1" == test || "$1" == bench ]]; then
+    install_missing optional matplotlib  # --plot; its test skips without it
+  fi
 }
 
 build() {

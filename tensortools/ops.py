@@ -11,7 +11,7 @@ small ScalarTensor kernels register theirs here, with differentiable formulas.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -168,6 +168,23 @@ def scale(input: Tensor, value: Any) -> Tensor:
     return torch.ops.tensortools.scale.default(input, _as_value("scale", value, input))
 
 
+def _structured(op: Callable, input: Tensor, value: Tensor) -> Any:
+    """``op(input, value)`` for ScalarTensor's handlers, which have checked the arguments
+    (``value`` a 0-d tensor of input's dtype and device). Without a gradient to record,
+    the call skips the autograd layer, which costs more than the kernel on small inputs."""
+    if torch.is_grad_enabled() and (input.requires_grad or value.requires_grad):
+        return op(input, value)
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(input, value)
+
+
+def _scale_finite(input: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+    """``(value * input, whether every element of input is finite)`` in one pass over
+    ``input``; the second is a 0-d bool tensor. ScalarTensor's products use it: ``value *
+    I @ input`` equals ``value * input`` only for a finite ``input``."""
+    return _structured(torch.ops.tensortools.scale_finite.default, input, value)
+
+
 @torch.library.register_fake("tensortools::add_diagonal")
 def _add_diagonal_fake(self, value):
     _check_fake("tensortools.add_diagonal", {"self": self, "value": value}, {"value": 0})
@@ -181,6 +198,13 @@ def _add_diagonal_fake(self, value):
 def _scale_fake(self, value):
     _check_fake("tensortools.scale", {"self": self, "value": value}, {"value": 0})
     return torch.empty_like(self, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("tensortools::scale_finite")
+def _scale_finite_fake(self, value):
+    _check_fake("tensortools.scale_finite", {"self": self, "value": value}, {"value": 0})
+    return (torch.empty_like(self, memory_format=torch.contiguous_format),
+            self.new_empty((), dtype=torch.bool))
 
 
 def _save_inputs(ctx, inputs, output):
@@ -208,7 +232,13 @@ def _scale_backward(ctx, grad):
 
 torch.library.register_autograd("tensortools::add_diagonal", _add_diagonal_backward,
                                 setup_context=_save_value)
+def _scale_finite_backward(ctx, grad, grad_all_finite):
+    return _scale_backward(ctx, grad)
+
+
 torch.library.register_autograd("tensortools::scale", _scale_backward,
+                                setup_context=_save_inputs)
+torch.library.register_autograd("tensortools::scale_finite", _scale_finite_backward,
                                 setup_context=_save_inputs)
 
 

@@ -2,12 +2,17 @@
 
 import json
 
+import pytest
+import torch
+
 from tensortools import bench, demo
 from tensortools.bench.__main__ import main as bench_main
+from tensortools.bench.plot import main as plot_main
+from tensortools.bench.scalar import format_scalar_table, scalar_rows
 
 
 def test_lltm_rows_cover_every_variant_and_phase():
-    rows = bench.lltm_rows([(2, 3, 4)], compile=False, min_run_time=0.01)
+    rows = bench.lltm_rows([(2, 3, 4)], compile=False, min_run_time=0.01, input_sets=2)
     assert {(r.variant, r.phase) for r in rows} == {
         (v, p) for v in ("reference (eager)", "tensortools op") for p in bench.PHASES}
     assert all(r.median_us > 0 and r.runs >= 1 and r.size == (2, 3, 4) for r in rows)
@@ -16,19 +21,58 @@ def test_lltm_rows_cover_every_variant_and_phase():
     assert "1.00x" in table  # the baseline against itself
 
 
-def test_bench_command_writes_json(tmp_path, capsys):
-    out = tmp_path / "rows.json"
-    assert bench_main(["--size", "2/3/4", "--no-compile", "--no-dispatch", "--no-conv-bn",
-                       "--min-run-time",
-                       "0.01", "--json", str(out)]) == 0
+def test_lltm_kernel_counts():
+    rows = {(r.variant, r.phase): r.kernels
+            for r in bench.lltm_rows([(2, 3, 4)], compile=False, min_run_time=0.01,
+                                     rounds=1)}
+    # the fused op is one operator call each way
+    assert rows["tensortools op", "forward"] == 1
+    assert rows["tensortools op", "backward"] == 1
+    eager = rows["reference (eager)", "forward"]
+    assert eager > 6  # cat, addmm, then each activation and product separately
+    assert rows["reference (eager)", "backward"] > eager
+    assert rows["reference (eager)", "forward+backward"] == (
+        eager + rows["reference (eager)", "backward"])
+
+
+def test_kernel_count_leaves_out_views_and_nested_calls():
+    x = torch.randn(4, 4)
+    assert bench.kernel_count(lambda: x.t().contiguous()) == 1  # the copy only
+    assert bench.kernel_count(lambda: torch.nn.functional.linear(x, x)) == 1
+    assert bench.kernel_count(lambda: (x + 1).sum()) == 2
+
+
+def test_bench_command_writes_json_and_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out, image = tmp_path / "rows.json", tmp_path / "bench.png"
+    assert bench_main(["--size", "2/3/4", "--no-compile", "--conv-bn-batch", "2",
+                       "--scalar-size", "4", "--min-run-time", "0.01", "--rounds", "1",
+                       "--json", str(out), "--plot", str(image)]) == 0
     data = json.loads(out.read_text())
-    assert len(data["rows"]) == 6 and data["machine"]
+    assert data["machine"] and len(data["lltm"]) == 6 and len(data["conv_bn"]) == 2
+    assert len(data["scalar"]) == 9 and len(data["dispatch"]) == 26
     assert "tensortools op" in capsys.readouterr().out
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    again = tmp_path / "again.svg"
+    assert plot_main([str(out), str(again)]) == 0
+    assert again.read_text().lstrip().startswith("<?xml")
+
+
+def test_scalar_rows_compare_structured_with_dense():
+    rows = scalar_rows((8,), min_run_time=0.01, rounds=1)
+    assert {(r.phase, r.variant) for r in rows} == {
+        ("d @ x", "ScalarTensor (structured)"), ("d @ x", "dense matrix"),
+        ("d @ x", "dense, eye * value formed per call"),
+        ("x + d", "ScalarTensor (structured)"), ("x + d", "dense matrix"),
+        ("d @ d", "ScalarTensor (structured)"), ("d @ d", "dense matrix"),
+        ("inverse(d)", "ScalarTensor (structured)"), ("inverse(d)", "dense matrix")}
+    table = format_scalar_table(rows)
+    assert sum(line.endswith("x") for line in table.splitlines()) == 5  # one per dense row
 
 
 def test_demo_shows_agreement(capsys, monkeypatch):
     # The timings have their own tests above; here only the agreement part is checked.
-    monkeypatch.setattr(bench, "lltm_rows", lambda **kw: [])
+    monkeypatch.setattr(bench, "lltm_rows", lambda *a, **kw: [])
     monkeypatch.setattr(bench, "dispatch_rows", lambda **kw: [])
     assert demo.main(["--quick"]) == 0
     out = capsys.readouterr().out
@@ -42,8 +86,11 @@ def test_demo_shows_agreement(capsys, monkeypatch):
 def test_dispatch_rows_cover_every_type():
     rows = bench.dispatch_rows(sizes=(1, 8), min_run_time=0.01, rounds=1)
     variants = {r.variant for r in rows}
-    assert {"plain Tensor", "pass-through subclass", "MetadataTensor", "ScalarTensor (structured)",
-            "LoggingTensor (no listener)", "LoggingTensor (capturing)"} == variants
+    assert {"plain Tensor", "protocol only (no work)", "pass-through subclass",
+            "MetadataTensor", "ScalarTensor (structured)", "LoggingTensor (no listener)",
+            "LoggingTensor (capturing)"} == variants
+    # torch.add and torch.sin for each type but the capturing logger (add only), per size
+    assert len(rows) == 2 * (6 * 2 + 1)
     assert all(r.median_us > 0 for r in rows)
     table = bench.format_dispatch_table(rows)
     assert "8x8" in table and "1 element" in table

@@ -1,8 +1,10 @@
 """MetadataTensor: metadata follows every result; values equal plain tensors'."""
 
+import contextlib
 import copy
 import io
 import pickle
+import sys
 
 import pytest
 import torch
@@ -34,6 +36,98 @@ def test_calls_keep_metadata_and_values(name):
         assert isinstance(t, MetadataTensor), name
         assert t.metadata == {"src": "x"}, name  # "first" policy: x comes first
     assert mx.metadata == {"src": "x"}
+
+
+def _python_path():
+    """A merge policy equal to "first" that the compiled path does not take."""
+    return MetadataTensor.merge_policy(lambda dicts: dict(dicts[0]))
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_compiled_and_python_paths_agree(name):
+    torch.manual_seed(0)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    results = []
+    for context in (contextlib.nullcontext, _python_path):
+        mx = MetadataTensor(x.clone(), {"src": "x"})
+        my = MetadataTensor(y.clone(), {"src": "y"})
+        with context():
+            got = CALLS[name](mx, my)
+        results.append((got, [(type(t), t.metadata) for t in tensors_in(got)]))
+    (fast, fast_kinds), (slow, slow_kinds) = results
+    assert_same_values(fast, slow)
+    assert type(fast) is type(slow) and fast_kinds == slow_kinds
+
+
+def test_compiled_path_edge_cases():
+    plain = torch.zeros(3)
+    m = MetadataTensor(torch.ones(3), {"k": 1})
+    # out= returns a tensor the caller holds: it gets an alias, its own object stays plain
+    r = torch.add(m, 1, out=plain)
+    assert type(plain) is torch.Tensor and isinstance(r, MetadataTensor)
+    assert r.metadata == {"k": 1} and r.data_ptr() == plain.data_ptr()
+    assert plain.tolist() == [2.0, 2.0, 2.0]
+    # in place: the argument itself comes back
+    assert m.add_(1) is m and m.metadata == {"k": 1}
+    # metadata found in a keyword argument and inside a list
+    k = torch.add(torch.ones(3), other=m)
+    assert isinstance(k, MetadataTensor) and k.metadata == {"k": 1}
+    c = torch.cat([torch.ones(1), m])
+    assert isinstance(c, MetadataTensor) and c.metadata == {"k": 1}
+    # no dict at all (made by as_subclass): an empty one
+    bare = torch.ones(2).as_subclass(MetadataTensor)
+    assert (bare + 1).metadata == {}
+    # functions whose results are not tensors, or not wrapped
+    assert m.tolist() == [2.0, 2.0, 2.0] and m.dim() == 1
+    assert torch.is_tensor(m.grad) is False
+    # an error inside the call leaves dispatch working
+    with pytest.raises(RuntimeError):
+        torch.add(m, torch.ones(4))
+    assert isinstance(torch.sin(m), MetadataTensor)
+
+
+def test_compiled_path_keeps_reference_counts():
+    m = MetadataTensor(torch.ones(2), {"k": 1})
+    before = (sys.getrefcount(m), sys.getrefcount(m.metadata))
+    for _ in range(1000):
+        torch.add(m, m)
+        torch.sin(m)
+        torch.max(m, dim=0)
+    assert (sys.getrefcount(m), sys.getrefcount(m.metadata)) == before
+
+
+def test_subclass_hooks_are_honoured():
+    class Tagged(MetadataTensor):
+        @classmethod
+        def wrap(cls, tensor, context):
+            out = super().wrap(tensor, context)
+            out.metadata["wrapped"] = True
+            return out
+
+    class Plain(MetadataTensor):
+        pass
+
+    assert not Tagged._fast_dispatch and Plain._fast_dispatch
+    t = Tagged(torch.ones(2), {"k": 1})
+    assert (t + 1).metadata == {"k": 1, "wrapped": True} and t.metadata == {"k": 1}
+    p = Plain(torch.ones(2), {"k": 2})
+    assert type(p * 2) is Plain and (p * 2).metadata == {"k": 2}
+
+
+def test_compiled_entry_point_refuses_bad_calls():
+    with pytest.raises(TypeError, match="metadata_torch_function"):
+        tensortools._native.C.metadata_torch_function(MetadataTensor)
+    with pytest.raises(TypeError, match="metadata_dispatch_setup"):
+        tensortools._native.C.metadata_dispatch_setup(1, 2, 3, 4)
+
+
+def test_compile_graph_breaks_keep_metadata():
+    m = MetadataTensor(torch.randn(3), {"k": 1})
+    f = torch.compile(lambda t: torch.sin(t) * 2 + 1, backend="eager")
+    out = f(m)
+    assert isinstance(out, MetadataTensor) and out.metadata == {"k": 1}
+    torch.testing.assert_close(out.as_subclass(torch.Tensor),
+                               torch.sin(m.as_subclass(torch.Tensor)) * 2 + 1)
 
 
 def test_results_own_their_metadata():

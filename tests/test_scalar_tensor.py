@@ -263,6 +263,44 @@ def test_kernels_gradcheck_and_opcheck():
         torch.library.opcheck(op, (t, v))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16,
+                                   torch.bfloat16, torch.int32, torch.int64])
+@pytest.mark.parametrize("numel", [0, 1, 7, 100_003])  # the last spans several tasks
+def test_scale_finite_matches_reference(dtype, numel):
+    t = (torch.randn(numel) * 10).to(dtype)
+    out, all_finite = ops._scale_finite(t, torch.tensor(-3, dtype=dtype))
+    torch.testing.assert_close(out, t * -3, rtol=0, atol=0)
+    assert all_finite.dtype == torch.bool and all_finite.dim() == 0 and bool(all_finite)
+    if dtype.is_floating_point and numel:
+        for bad in (float("inf"), -float("inf"), float("nan")):
+            for where in {0, numel // 2, numel - 1}:
+                u = t.clone()
+                u[where] = bad
+                out, all_finite = ops._scale_finite(u, torch.tensor(2, dtype=dtype))
+                assert not bool(all_finite), (bad, where)
+                torch.testing.assert_close(out, u * 2, rtol=0, atol=0, equal_nan=True)
+
+
+def test_scale_finite_gradcheck_and_opcheck():
+    t = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    v = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: ops._scale_finite(a, b)[0], (t, v))
+    torch.library.opcheck(torch.ops.tensortools.scale_finite.default, (t, v))
+    with pytest.raises(TypeError, match="tensortools.scale_finite: 'value' must have the "
+                                        "same dtype"):
+        torch.ops.tensortools.scale_finite(torch.ones(2), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_matmul_with_large_non_finite_operand_is_dense_exact():
+    # One pass over the operand finds the inf wherever it is; the dense product answers.
+    d = ScalarTensor(300, 1.5)
+    for where in [(0, 0), (150, 7), (299, 299)]:
+        t = torch.randn(300, 300)
+        t[where] = float("inf")
+        torch.testing.assert_close(d @ t, d.tensor() @ t, equal_nan=True)
+        torch.testing.assert_close(t @ d, t @ d.tensor(), equal_nan=True)
+
+
 def test_kernels_compile():
     f = torch.compile(lambda t: ops.scale(ops.add_diagonal(t, 2.0), 3.0), fullgraph=True,
                       backend="aot_eager")
@@ -298,8 +336,10 @@ def test_structured_matmul_is_cheaper_than_dense_flops():
     with torch.profiler.profile() as prof:
         d @ t
     names = {e.name for e in prof.events()}
-    assert "tensortools::scale" in names
-    assert not names & {"aten::mm", "aten::matmul", "aten::zeros", "aten::eye"}
+    assert "tensortools::scale_finite" in names
+    # one pass over t: no separate finiteness test either
+    assert not names & {"aten::mm", "aten::matmul", "aten::zeros", "aten::eye",
+                        "aten::isfinite", "aten::all"}
     assert math.isclose(float((d @ t)[3, 2]), 2.0 * float(t[3, 2]), rel_tol=0)
 
 

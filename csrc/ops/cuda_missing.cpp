@@ -15,8 +15,8 @@ void built_without_cuda(const c10::OperatorHandle& op, torch::jit::Stack* /*stac
 
 // Every operator of the library is listed here; tests check that none is missing.
 TORCH_LIBRARY_IMPL(tensortools, CUDA, m) {
-  for (const char* name : {"lltm_forward", "lltm_backward", "add_diagonal", "scale", "axpby",
-                           "graph_conv", "conv_bn2d_forward", "conv_bn2d_backward"}) {
+  for (const char* name : {"lltm_forward", "lltm_backward", "add_diagonal", "scale",
+                           "scale_finite", "axpby", "graph_conv", "conv_bn2d_forward", "conv_bn2d_backward"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&built_without_cuda>());
   }
 }

@@ -59,15 +59,17 @@ BackwardBuffers backward_buffers(const at::Tensor& grad_h, const at::Tensor& gra
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_products(
     const at::Tensor& d_gates, const at::Tensor& X, const at::Tensor& weights, int64_t S) {
-  // X = [old_h | input]: one product gives d_X, whose two column blocks are copied out
-  // (cheaper than a second matrix product). Always copies: outputs must not share storage,
-  // and with one row (or F = 0) a block is already contiguous.
-  const int64_t F = X.size(1) - S;
+  // X = [old_h | input], so d_X = d_gates @ weights splits by the column blocks of
+  // weights: each block's product is written straight into its own contiguous result
+  // (the matrix-product libraries read a column block through its stride), which saves
+  // forming d_X and copying its halves out.
+  const int64_t B = d_gates.size(0), F = X.size(1) - S;
   at::Tensor d_weights = at::mm(d_gates.t(), X);
   at::Tensor d_bias = d_gates.sum(/*dim=*/0);
-  at::Tensor d_X = at::mm(d_gates, weights);
-  at::Tensor d_old_h = d_X.narrow(1, 0, S).clone(at::MemoryFormat::Contiguous);
-  at::Tensor d_input = d_X.narrow(1, S, F).clone(at::MemoryFormat::Contiguous);
+  at::Tensor d_old_h = at::empty({B, S}, d_gates.options());
+  at::Tensor d_input = at::empty({B, F}, d_gates.options());
+  at::mm_out(d_old_h, d_gates, weights.narrow(1, 0, S));
+  at::mm_out(d_input, d_gates, weights.narrow(1, S, F));
   return {d_input, d_weights, d_bias, d_old_h};
 }
 

@@ -26,8 +26,8 @@ void check_add_diagonal_args(const at::Tensor& self, const at::Tensor& value) {
                     self.sizes());
 }
 
-void check_scale_args(const at::Tensor& self, const at::Tensor& value) {
-  check_value("tensortools.scale", self, value);
+void check_scale_args(const at::Tensor& self, const at::Tensor& value, const char* op) {
+  check_value(op, self, value);
 }
 
 }  // namespace tensortools::scalar_ops
@@ -35,4 +35,5 @@ void check_scale_args(const at::Tensor& self, const at::Tensor& value) {
 TORCH_LIBRARY_FRAGMENT(tensortools, m) {
   m.def("add_diagonal(Tensor self, Tensor value) -> Tensor");
   m.def("scale(Tensor self, Tensor value) -> Tensor");
+  m.def("scale_finite(Tensor self, Tensor value) -> (Tensor out, Tensor all_finite)");
 }

@@ -8,6 +8,7 @@ measurements of this machine, never assertions.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import platform
@@ -22,12 +23,13 @@ from torch.utils import benchmark
 
 from tensortools import ops, reference
 
-__all__ = ["LLTM_SIZES", "Row", "machine_summary", "lltm_rows", "format_table",
-           "dispatch_rows", "format_dispatch_table", "ConvBNRow", "conv_bn_rows",
-           "format_conv_bn_table"]
+__all__ = ["LLTM_SIZES", "Row", "machine_summary", "kernel_count", "lltm_rows",
+           "format_table", "dispatch_rows", "format_dispatch_table", "ConvBNRow",
+           "conv_bn_rows", "format_conv_bn_table"]
 
-# (batch, features, state): the tutorial size and a wider input.
-LLTM_SIZES: tuple[tuple[int, int, int], ...] = ((16, 32, 128), (64, 1024, 128))
+# (batch, features, state): the tutorial size, a wider input, and a larger cell.
+LLTM_SIZES: tuple[tuple[int, int, int], ...] = ((16, 32, 128), (64, 1024, 128),
+                                                (256, 1024, 512))
 PHASES = ("forward", "backward", "forward+backward")
 
 
@@ -47,6 +49,7 @@ class Row:
     median_us: float
     iqr_us: float
     runs: int
+    kernels: int | None = None  # per call, see kernel_count
 
 
 def _cpu_name() -> str:
@@ -100,6 +103,50 @@ def _time_each(prepare: Callable[[], object], step: Callable[[object], object],
     return benchmark.Measurement(1, times, benchmark.TaskSpec(stmt=label, setup=""))
 
 
+# Operators that only make views or allocate: no kernel runs for them.
+_NOT_KERNELS = frozenset(f"aten::{name}" for name in (
+    "empty", "empty_strided", "empty_like", "zeros_like", "as_strided", "view", "t",
+    "transpose", "permute", "expand", "slice", "narrow", "select", "unsqueeze", "squeeze",
+    "reshape", "_reshape_alias", "alias", "detach", "lift_fresh", "chunk", "split",
+    "split_with_sizes", "unbind", "contiguous", "resolve_conj", "resolve_neg", "numpy_T",
+    "result_type", "to", "_to_copy_noop"))
+
+
+def kernel_count(fn: Callable[[], object], device: str = "cpu") -> int:
+    """Kernels one call of `fn` runs, from torch.profiler (after a warm-up call).
+
+    On a GPU: the device's own events (kernels, copies, fills). On the CPU: the operator
+    calls made from Python or by autograd, that is the outermost operators that compute
+    (an operator inside another is part of its kernel; operators that only make views or
+    allocate are left out). Loops that torch.compile generates for the CPU are not
+    operators, so a compiled function's count holds only the library calls it makes.
+    """
+    fn()
+    cuda = torch.device(device).type == "cuda"
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        fn()
+        _sync(device)
+    events = prof.events()
+    if cuda:
+        return sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+
+    def computes(e) -> bool:
+        return e.name.startswith(("aten::", "tensortools::")) and e.name not in _NOT_KERNELS
+
+    def outermost(e) -> bool:
+        parent = e.cpu_parent
+        while parent is not None:
+            if computes(parent):
+                return False
+            parent = parent.cpu_parent
+        return True
+
+    return sum(1 for e in events if computes(e) and outermost(e))
+
+
 def _lltm_variants(compile: bool) -> dict[str, Callable]:
     variants = {"reference (eager)": reference.lltm}
     if compile:
@@ -111,39 +158,63 @@ def _lltm_variants(compile: bool) -> dict[str, Callable]:
 def lltm_rows(sizes: Iterable[tuple[int, int, int]] = LLTM_SIZES, *,
               dtype: torch.dtype = torch.float32, device: str = "cpu",
               compile: bool = True, min_run_time: float = 0.5, rounds: int = 3,
+              input_sets: int = 8,
               progress: Callable[[str], None] | None = None) -> list[Row]:
-    """Time LLTM forward, backward and both for each variant at each size.
+    """Time LLTM forward, backward and both for each variant at each size, and count
+    the kernels each runs per call (:func:`kernel_count`).
 
     Each (variant, phase) is measured in `rounds` rounds, interleaved with the others, and
     its runs pooled, so a slow spell of the machine falls on every variant alike.
-    `min_run_time` is the timed seconds per measurement in each round.
+    `min_run_time` is the timed seconds per measurement in each round. Successive calls
+    take their inputs from `input_sets` different sets, so that a small problem is not
+    timed with its data always in the innermost cache.
     """
     rows = []
     for size in sizes:
         batch, features, state = size
         g = {"dtype": dtype, "device": device}
-        weights = torch.randn(3 * state, state + features, **g).div_((state + features) ** 0.5)
-        params = [torch.randn(batch, features, **g), weights, torch.randn(3 * state, **g),
-                  torch.randn(batch, state, **g), torch.randn(batch, state, **g)]
-        params = [p.requires_grad_() for p in params]
-        grads = (torch.randn(batch, state, **g), torch.randn(batch, state, **g))
 
-        def backward(outs):
+        def make_set():
+            weights = torch.randn(3 * state, state + features, **g).div_(
+                (state + features) ** 0.5)
+            params = [torch.randn(batch, features, **g), weights,
+                      torch.randn(3 * state, **g), torch.randn(batch, state, **g),
+                      torch.randn(batch, state, **g)]
+            return ([p.requires_grad_() for p in params],
+                    (torch.randn(batch, state, **g), torch.randn(batch, state, **g)))
+
+        sets = itertools.cycle([make_set() for _ in range(max(1, input_sets))])
+
+        def backward(kept):
+            outs, (params, grads) = kept
             return torch.autograd.grad(outs, params, grads)
 
         measures: dict[tuple[str, str], Callable[[], benchmark.Measurement]] = {}
-        for name, fn in _lltm_variants(compile).items():
+        steps: dict[tuple[str, str], Callable[[], object]] = {}
+        variants = _lltm_variants(compile)
+        for name, fn in variants.items():
             def forward(fn=fn):
+                params, _ = next(sets)
                 return fn(*params)
 
+            def forward_kept(fn=fn):
+                params, grads = next(sets)
+                return fn(*params), (params, grads)
+
             def both(fn=fn):
+                params, grads = next(sets)
                 return torch.autograd.grad(fn(*params), params, grads)
 
             measures[name, "forward"] = lambda f=forward: _time(f, min_run_time)
-            measures[name, "backward"] = lambda f=forward, n=name: _time_each(
+            measures[name, "backward"] = lambda f=forward_kept, n=name: _time_each(
                 f, backward, min_run_time, device, f"{n} backward")
             measures[name, "forward+backward"] = lambda f=both: _time(f, min_run_time)
+            steps[name, "forward"], steps[name, "forward+backward"] = forward, both
 
+        kernels = {key: kernel_count(step, device) for key, step in steps.items()}
+        for name in variants:
+            kernels[name, "backward"] = (kernels[name, "forward+backward"]
+                                         - kernels[name, "forward"])
         runs: dict[tuple[str, str], list[benchmark.Measurement]] = {k: [] for k in measures}
         for r in range(rounds):
             for key, measure in measures.items():
@@ -154,35 +225,48 @@ def lltm_rows(sizes: Iterable[tuple[int, int, int]] = LLTM_SIZES, *,
             calls = sum(len(m.raw_times) * m.number_per_run for m in ms)
             (m,) = benchmark.Measurement.merge(ms)
             rows.append(Row(size, str(dtype).removeprefix("torch."), device, name, phase,
-                            m.median * 1e6, m.iqr * 1e6, calls))
+                            m.median * 1e6, m.iqr * 1e6, calls, kernels[name, phase]))
     return rows
 
 
 def format_table(rows: list[Row], baseline: str = "reference (eager)") -> str:
     """A text table: one line per size, phase and variant, with the speed-up over
-    `baseline` (its median divided by the variant's)."""
-    base = {(r.size, r.phase): r.median_us for r in rows if r.variant == baseline}
-    lines = [f"{'size (B/F/S)':<14} {'phase':<17} {'variant':<26} {'median':>10} "
-             f"{'IQR':>9} {'speed-up':>9}"]
+    `baseline` (its median divided by the variant's) and the kernels per call."""
+    base = {(r.size, r.phase, r.dtype): r.median_us for r in rows if r.variant == baseline}
+    lines = [f"{'size (B/F/S)':<14} {'dtype':<8} {'phase':<17} {'variant':<26} "
+             f"{'median':>10} {'IQR':>9} {'speed-up':>9} {'kernels':>8}"]
     for r in rows:
         size = "/".join(map(str, r.size))
-        ratio = base.get((r.size, r.phase), float("nan")) / r.median_us
-        lines.append(f"{size:<14} {r.phase:<17} {r.variant:<26} {r.median_us:>8.1f}us "
-                     f"{r.iqr_us:>7.1f}us {ratio:>8.2f}x")
+        ratio = base.get((r.size, r.phase, r.dtype), float("nan")) / r.median_us
+        kernels = "" if r.kernels is None else str(r.kernels)
+        lines.append(f"{size:<14} {r.dtype:<8} {r.phase:<17} {r.variant:<26} "
+                     f"{r.median_us:>8.1f}us {r.iqr_us:>7.1f}us {ratio:>8.2f}x {kernels:>8}")
     return "\n".join(lines)
 
 
 class _PassThrough(torch.Tensor):
-    """The cheapest Tensor subclass: torch's default __torch_function__, nothing added."""
+    """A Tensor subclass with torch's default __torch_function__, nothing added."""
+
+
+class _ProtocolOnly(torch.Tensor):
+    """The floor of any __torch_function__ type: the protocol's own cost. It returns its
+    first argument without computing anything, so it is only a yardstick."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return args[0]
 
 
 def dispatch_rows(sizes: Iterable[int] = (1, 1000), *, min_run_time: float = 0.3,
                   rounds: int = 3) -> list[Row]:
-    """Per-call cost of torch.add (and of torch.sin, which no type intercepts) on each
-    tensor type against a plain tensor: 1-element tensors (size 1) and size×size ones.
+    """Per-call cost of torch.add and torch.sin on each tensor type against a plain
+    tensor: 1-element tensors (size 1) and size×size ones.
 
-    ScalarTensor is ScalarTensor(size, 2.0): its add is structured, so the large case
-    never forms the matrix.
+    "protocol only" is a subclass whose __torch_function__ returns at once without
+    running the call: the floor for any type built on the protocol. ScalarTensor is
+    ScalarTensor(size, 2.0): its add is structured (the matrix is never formed), its sin
+    runs on the dense matrix. MetadataTensor and LoggingTensor have a handler for
+    neither: both calls take their generic path.
     """
     from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs
 
@@ -192,6 +276,7 @@ def dispatch_rows(sizes: Iterable[int] = (1, 1000), *, min_run_time: float = 0.3
         x = torch.randn(shape)
         cases = {
             "plain Tensor": x,
+            "protocol only (no work)": x.as_subclass(_ProtocolOnly),
             "pass-through subclass": x.as_subclass(_PassThrough),
             "MetadataTensor": MetadataTensor(x, {"k": 1}),
             "LoggingTensor (no listener)": LoggingTensor(x),
@@ -201,9 +286,8 @@ def dispatch_rows(sizes: Iterable[int] = (1, 1000), *, min_run_time: float = 0.3
         for name, t in cases.items():
             measures[name, "torch.add"] = lambda t=t: _time(lambda: torch.add(t, t),
                                                             min_run_time)
-            if not isinstance(t, ScalarTensor):
-                measures[name, "torch.sin"] = lambda t=t: _time(lambda: torch.sin(t),
-                                                                min_run_time)
+            measures[name, "torch.sin"] = lambda t=t: _time(lambda: torch.sin(t),
+                                                            min_run_time)
 
         def logged_add(t=cases["LoggingTensor (no listener)"]):
             with capture_logs() as logs:

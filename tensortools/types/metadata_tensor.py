@@ -8,8 +8,9 @@ from typing import Any, Callable, ClassVar, Mapping, Union
 import torch
 from torch import Tensor
 
+from tensortools._native import C as _C
 from tensortools._settings import temporarily
-from tensortools.dispatch import TensorWrapper
+from tensortools.dispatch import _NO_WRAP, TensorWrapper, _wrap_outputs
 
 __all__ = ["MetadataTensor", "MERGE_POLICIES"]
 
@@ -35,6 +36,9 @@ class MetadataTensor(TensorWrapper):
     wrap_foreign: ClassVar[bool] = True
     _merge_policy: ClassVar[MergePolicy] = "first"
     _tracking: ClassVar[bool] = True
+    # Whether the class keeps the hooks that the compiled path of __torch_function__
+    # stands in for (see _FAST_HOOKS); a subclass replacing one takes the Python path.
+    _fast_dispatch: ClassVar[bool] = True
 
     metadata: dict
 
@@ -105,11 +109,39 @@ class MetadataTensor(TensorWrapper):
         out.metadata = dict(context)
         return out
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._fast_dispatch = all(
+            getattr(cls, name).__func__ is getattr(MetadataTensor, name).__func__
+            for name in _FAST_HOOKS)
+
     @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
+    def _python_torch_function(cls, func, types, args=(), kwargs=None):
+        """__torch_function__ in Python: every call the compiled path does not take."""
         if cls._tracking:
             return super().__torch_function__(func, types, args, kwargs)
         return cls.call_plain(func, types, args, kwargs or {})[0]
+
+    # Compiled (csrc/python/metadata_dispatch.cpp): a call with no handler, under the
+    # "fallback" policy, tracking on and the "first" merge policy, among MetadataTensors
+    # and plain tensors only, that returns one tensor, costs a plain call plus the copy
+    # of the dict. Everything else goes to _python_torch_function, with the same results.
+    __torch_function__ = classmethod(_C.metadata_torch_function)
+
+
+# The class methods the compiled path replicates.
+_FAST_HOOKS = ("context", "wrap", "fallback", "call_plain")
+
+
+def _slow_torch_function(cls, func, types, args=(), kwargs=None):
+    return cls._python_torch_function(func, types, args, kwargs)
+
+
+def _wrap_result(cls, result, context):
+    return _wrap_outputs(cls, result, context, {})
+
+
+_C.metadata_dispatch_setup(Tensor, frozenset(_NO_WRAP), _slow_torch_function, _wrap_result)
 
 
 def _collect(cls: type, args, found: list) -> None:

@@ -204,7 +204,8 @@ def _dense_plus_diagonal(dense: Tensor, d: ScalarTensor, sign: int) -> Any:
     if dtype not in _KERNEL_DTYPES:
         return NotImplemented
     value = d.scalar(dtype)
-    return ops.add_diagonal(dense.to(dtype), value if sign == 1 else -value)
+    return ops._structured(torch.ops.tensortools.add_diagonal.default, dense.to(dtype),
+                           value if sign == 1 else -value)
 
 
 @ScalarTensor.implements(torch.add)
@@ -261,9 +262,10 @@ def _scaled(d: ScalarTensor, dense: Tensor, rows_dim: int) -> Any:
     """
     if (dense.dtype != d.dtype or dense.device != d.device or dense.dim() == 0
             or dense.shape[rows_dim if dense.dim() >= 2 else 0] != d.N
-            or dense.dtype not in _KERNEL_DTYPES or not bool(torch.isfinite(dense).all())):
+            or dense.dtype not in _KERNEL_DTYPES):
         return NotImplemented
-    return ops.scale(dense, d.scalar())
+    out, all_finite = ops._scale_finite(dense, d._pair[0])
+    return out if bool(all_finite) else NotImplemented
 
 
 def _matmul_impl(input, other, need_2d: bool):

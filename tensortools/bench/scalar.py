@@ -1,0 +1,73 @@
+"""ScalarTensor's structured handlers against the same maths on the dense N×N matrix."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import torch
+from torch.utils import benchmark
+
+from tensortools.bench import Row, _time
+
+__all__ = ["SCALAR_SIZES", "scalar_rows", "format_scalar_table"]
+
+SCALAR_SIZES = (256, 1024, 2048)
+STRUCTURED = "ScalarTensor (structured)"
+DENSE = "dense matrix"
+DENSE_FORMED = "dense, eye * value formed per call"
+
+
+def scalar_rows(sizes: Iterable[int] = SCALAR_SIZES, *, dtype: torch.dtype = torch.float32,
+                device: str = "cpu", min_run_time: float = 0.5, rounds: int = 3,
+                progress: Callable[[str], None] | None = None) -> list[Row]:
+    """Time ``d @ x``, ``x + d``, ``d @ d`` and ``torch.inverse(d)`` for d a ScalarTensor
+    (N, 2.5) and x a dense N×N matrix, against the dense ``D = 2.5 * eye(N)``: given
+    ready, and (for ``d @ x``, where forming it is part of the dense recipe) formed in
+    the call. Rows have size ``(N,)`` and the operation as their phase."""
+    from tensortools import ScalarTensor
+
+    value = 2.5
+    rows = []
+    for n in sizes:
+        g = {"dtype": dtype, "device": device}
+        d = ScalarTensor(n, value, **g)
+        dense = d.tensor()
+        x = torch.randn(n, n, **g)
+        cases = {
+            ("d @ x", STRUCTURED): lambda: d @ x,
+            ("d @ x", DENSE): lambda: dense @ x,
+            ("d @ x", DENSE_FORMED): lambda: (torch.eye(n, **g) * value) @ x,
+            ("x + d", STRUCTURED): lambda: x + d,
+            ("x + d", DENSE): lambda: x + dense,
+            ("d @ d", STRUCTURED): lambda: d @ d,
+            ("d @ d", DENSE): lambda: dense @ dense,
+            ("inverse(d)", STRUCTURED): lambda: torch.inverse(d),
+            ("inverse(d)", DENSE): lambda: torch.inverse(dense),
+        }
+        runs: dict[tuple[str, str], list[benchmark.Measurement]] = {k: [] for k in cases}
+        for r in range(rounds):
+            for key, fn in cases.items():
+                if progress:
+                    progress(f"ScalarTensor N={n} {key[0]} {key[1]} (round {r + 1}/{rounds})")
+                runs[key].append(_time(fn, min_run_time))
+        for (op, variant), ms in runs.items():
+            calls = sum(len(m.raw_times) * m.number_per_run for m in ms)
+            (m,) = benchmark.Measurement.merge(ms)
+            rows.append(Row((n,), str(dtype).removeprefix("torch."), device, variant, op,
+                            m.median * 1e6, m.iqr * 1e6, calls))
+    return rows
+
+
+def format_scalar_table(rows: list[Row]) -> str:
+    """A text table of scalar_rows: each dense variant's median over the structured one's
+    (how many times faster the structured handler is)."""
+    structured = {(r.size, r.phase): r.median_us for r in rows if r.variant == STRUCTURED}
+    lines = [f"{'N':>6} {'operation':<12} {'variant':<36} {'median':>12} {'IQR':>11} "
+             f"{'structured faster by':>21}"]
+    for r in rows:
+        line = (f"{r.size[0]:>6} {r.phase:<12} {r.variant:<36} {r.median_us:>10.1f}us "
+                f"{r.iqr_us:>9.1f}us")
+        if r.variant != STRUCTURED:
+            line += f" {r.median_us / structured[(r.size, r.phase)]:>20.1f}x"
+        lines.append(line)
+    return "\n".join(lines)
