@@ -118,7 +118,7 @@ def test_compiled_entry_point_refuses_bad_calls():
     with pytest.raises(TypeError, match="metadata_torch_function"):
         tensortools._native.C.metadata_torch_function(MetadataTensor)
     with pytest.raises(TypeError, match="metadata_dispatch_setup"):
-        tensortools._native.C.metadata_dispatch_setup(1, 2, 3, 4)
+        tensortools._native.C.metadata_dispatch_setup(1, 2, 3)
 
 
 def test_compile_graph_breaks_keep_metadata():

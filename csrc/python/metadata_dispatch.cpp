@@ -13,11 +13,10 @@
 namespace tensortools::python {
 namespace {
 
-// Set once by setup(): torch.Tensor, the functions whose results are never wrapped, the
-// Python implementation and its output wrapper.
+// Set once by setup(): torch.Tensor, the functions whose results are never wrapped, and
+// the Python output wrapper.
 PyObject* g_tensor_type = nullptr;
 PyObject* g_no_wrap = nullptr;
-PyObject* g_slow = nullptr;           // slow(cls, func, types, args, kwargs)
 PyObject* g_wrap_outputs = nullptr;   // wrap_outputs(cls, result, context)
 
 // Interned attribute names and the setting values the fast path requires.
@@ -31,6 +30,7 @@ PyObject* s_class = nullptr;
 PyObject* s_as_subclass = nullptr;
 PyObject* s_first = nullptr;
 PyObject* s_fallback = nullptr;
+PyObject* s_python_path = nullptr;    // "_python_torch_function", the class's Python path
 
 // New reference to cls.<name>, or nullptr with an exception set.
 PyObject* class_attr(PyObject* cls, PyObject* name) { return PyObject_GetAttr(cls, name); }
@@ -173,14 +173,14 @@ PyObject* metadata_torch_function(PyObject* /*module*/, PyObject* const* argv,
   PyObject* kwargs = argc > 4 && argv[4] != Py_None ? argv[4] : nullptr;
   if (!PyType_Check(cls) || (args != nullptr && !PyTuple_Check(args)) ||
       (kwargs != nullptr && !PyDict_Check(kwargs))) {
-    return PyObject_Vectorcall(g_slow, argv, argc, nullptr);
+    return PyObject_VectorcallMethod(s_python_path, argv, argc, nullptr);
   }
   const int fast = fast_path_applies(cls, func, types);
   if (fast < 0) {
     return nullptr;
   }
   if (fast == 0) {
-    return PyObject_Vectorcall(g_slow, argv, argc, nullptr);
+    return PyObject_VectorcallMethod(s_python_path, argv, argc, nullptr);  // cls.<name>(...)
   }
 
   bool error = false;
@@ -251,15 +251,14 @@ PyObject* metadata_torch_function(PyObject* /*module*/, PyObject* const* argv,
 }
 
 PyObject* setup(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t argc) {
-  if (argc != 4 || !PyType_Check(argv[0]) || !PyAnySet_Check(argv[1]) ||
-      !PyCallable_Check(argv[2]) || !PyCallable_Check(argv[3])) {
+  if (argc != 3 || !PyType_Check(argv[0]) || !PyAnySet_Check(argv[1]) ||
+      !PyCallable_Check(argv[2])) {
     PyErr_SetString(PyExc_TypeError,
-                    "metadata_dispatch_setup(tensor_type, no_wrap: frozenset, slow, "
-                    "wrap_outputs)");
+                    "metadata_dispatch_setup(tensor_type, no_wrap: frozenset, wrap_outputs)");
     return nullptr;
   }
-  PyObject** slots[] = {&g_tensor_type, &g_no_wrap, &g_slow, &g_wrap_outputs};
-  for (int i = 0; i < 4; ++i) {
+  PyObject** slots[] = {&g_tensor_type, &g_no_wrap, &g_wrap_outputs};
+  for (int i = 0; i < 3; ++i) {
     Py_INCREF(argv[i]);
     Py_XSETREF(*slots[i], argv[i]);
   }
@@ -272,7 +271,7 @@ PyMethodDef methods[] = {
      "metadata_torch_function(cls, func, types, args=(), kwargs=None): "
      "MetadataTensor.__torch_function__, with the common case in C."},
     {"metadata_dispatch_setup", reinterpret_cast<PyCFunction>(setup), METH_FASTCALL,
-     "metadata_dispatch_setup(tensor_type, no_wrap, slow, wrap_outputs): what "
+     "metadata_dispatch_setup(tensor_type, no_wrap, wrap_outputs): what "
      "metadata_torch_function needs from Python."},
     {nullptr, nullptr, 0, nullptr}};
 
@@ -287,7 +286,8 @@ void add_metadata_dispatch(pybind11::module_& m) {
                            Name{&s_merge_policy, "_merge_policy"}, Name{&s_policy, "policy"},
                            Name{&s_handlers, "_handlers"}, Name{&s_metadata, "metadata"},
                            Name{&s_class, "__class__"}, Name{&s_as_subclass, "as_subclass"},
-                           Name{&s_first, "first"}, Name{&s_fallback, "fallback"}}) {
+                           Name{&s_first, "first"}, Name{&s_fallback, "fallback"},
+                           Name{&s_python_path, "_python_torch_function"}}) {
     *name.slot = PyUnicode_InternFromString(name.text);
     if (*name.slot == nullptr) {
       throw pybind11::error_already_set();

@@ -103,6 +103,36 @@ def _time_each(prepare: Callable[[], object], step: Callable[[object], object],
     return benchmark.Measurement(1, times, benchmark.TaskSpec(stmt=label, setup=""))
 
 
+@dataclasses.dataclass
+class _Pooled:
+    """The runs of one measurement over all rounds: median and IQR in microseconds, and
+    the number of timed calls."""
+
+    median_us: float
+    iqr_us: float
+    calls: int
+
+
+def _interleaved(measures: dict, rounds: int,
+                 progress: Callable[[str], None] | None = None,
+                 describe: Callable[[object], str] = str) -> dict:
+    """Take every measurement (key -> function returning a benchmark.Measurement) once
+    per round, the rounds interleaved so that a slow spell of the machine falls on every
+    key alike, and pool each key's runs."""
+    runs: dict = {key: [] for key in measures}
+    for r in range(rounds):
+        for key, measure in measures.items():
+            if progress:
+                progress(f"{describe(key)} (round {r + 1}/{rounds})")
+            runs[key].append(measure())
+    pooled = {}
+    for key, ms in runs.items():
+        calls = sum(len(m.raw_times) * m.number_per_run for m in ms)
+        (m,) = benchmark.Measurement.merge(ms)
+        pooled[key] = _Pooled(m.median * 1e6, m.iqr * 1e6, calls)
+    return pooled
+
+
 # Operators that only make views or allocate: no kernel runs for them.
 _NOT_KERNELS = frozenset(f"aten::{name}" for name in (
     "empty", "empty_strided", "empty_like", "zeros_like", "as_strided", "view", "t",
@@ -215,17 +245,11 @@ def lltm_rows(sizes: Iterable[tuple[int, int, int]] = LLTM_SIZES, *,
         for name in variants:
             kernels[name, "backward"] = (kernels[name, "forward+backward"]
                                          - kernels[name, "forward"])
-        runs: dict[tuple[str, str], list[benchmark.Measurement]] = {k: [] for k in measures}
-        for r in range(rounds):
-            for key, measure in measures.items():
-                if progress:
-                    progress(f"LLTM {size} {key[0]} {key[1]} (round {r + 1}/{rounds})")
-                runs[key].append(measure())
-        for (name, phase), ms in runs.items():
-            calls = sum(len(m.raw_times) * m.number_per_run for m in ms)
-            (m,) = benchmark.Measurement.merge(ms)
+        pooled = _interleaved(measures, rounds, progress,
+                              lambda key: f"LLTM {size} {key[0]} {key[1]}")
+        for (name, phase), p in pooled.items():
             rows.append(Row(size, str(dtype).removeprefix("torch."), device, name, phase,
-                            m.median * 1e6, m.iqr * 1e6, calls, kernels[name, phase]))
+                            p.median_us, p.iqr_us, p.calls, kernels[name, phase]))
     return rows
 
 
@@ -296,15 +320,9 @@ def dispatch_rows(sizes: Iterable[int] = (1, 1000), *, min_run_time: float = 0.3
             return m
 
         measures["LoggingTensor (capturing)", "torch.add"] = logged_add
-        runs: dict[tuple[str, str], list[benchmark.Measurement]] = {k: [] for k in measures}
-        for _ in range(rounds):
-            for key, measure in measures.items():
-                runs[key].append(measure())
-        for (name, op), ms in runs.items():
-            calls = sum(len(m.raw_times) * m.number_per_run for m in ms)
-            (m,) = benchmark.Measurement.merge(ms)
-            rows.append(Row((n,), "float32", "cpu", name, op, m.median * 1e6, m.iqr * 1e6,
-                            calls))
+        for (name, op), p in _interleaved(measures, rounds).items():
+            rows.append(Row((n,), "float32", "cpu", name, op, p.median_us, p.iqr_us,
+                            p.calls))
     return rows
 
 
@@ -413,19 +431,12 @@ def conv_bn_rows(batch: int = 256, *, dtype: torch.dtype = torch.float32,
         saved_bytes, saved_tensors = _saved_for_backward(lambda net=net: net(x))
         step_of(net)()  # warm-up, so one-time buffers do not count as the step's peak
         measured[name] = (saved_bytes, saved_tensors, _peak_memory(step_of(net), device))
-    runs: dict[str, list[benchmark.Measurement]] = {name: [] for name in networks}
-    for r in range(rounds):
-        for name, net in networks.items():
-            if progress:
-                progress(f"conv-bn {name}: forward+backward (round {r + 1}/{rounds})")
-            runs[name].append(_time(step_of(net), min_run_time))
-    rows = []
-    for name, ms in runs.items():
-        calls = sum(len(m.raw_times) * m.number_per_run for m in ms)
-        (m,) = benchmark.Measurement.merge(ms)
-        rows.append(ConvBNRow(name, batch, *measured[name], m.median * 1e6, m.iqr * 1e6,
-                              calls))
-    return rows
+    measures = {name: lambda net=net: _time(step_of(net), min_run_time)
+                for name, net in networks.items()}
+    pooled = _interleaved(measures, rounds, progress,
+                          lambda name: f"conv-bn {name}: forward+backward")
+    return [ConvBNRow(name, batch, *measured[name], p.median_us, p.iqr_us, p.calls)
+            for name, p in pooled.items()]
 
 
 def format_conv_bn_table(rows: list[ConvBNRow]) -> str:

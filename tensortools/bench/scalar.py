@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 import torch
-from torch.utils import benchmark
 
-from tensortools.bench import Row, _time
+from tensortools.bench import Row, _interleaved, _time
 
 __all__ = ["SCALAR_SIZES", "scalar_rows", "format_scalar_table"]
 
@@ -44,17 +43,12 @@ def scalar_rows(sizes: Iterable[int] = SCALAR_SIZES, *, dtype: torch.dtype = tor
             ("inverse(d)", STRUCTURED): lambda: torch.inverse(d),
             ("inverse(d)", DENSE): lambda: torch.inverse(dense),
         }
-        runs: dict[tuple[str, str], list[benchmark.Measurement]] = {k: [] for k in cases}
-        for r in range(rounds):
-            for key, fn in cases.items():
-                if progress:
-                    progress(f"ScalarTensor N={n} {key[0]} {key[1]} (round {r + 1}/{rounds})")
-                runs[key].append(_time(fn, min_run_time))
-        for (op, variant), ms in runs.items():
-            calls = sum(len(m.raw_times) * m.number_per_run for m in ms)
-            (m,) = benchmark.Measurement.merge(ms)
+        measures = {key: lambda fn=fn: _time(fn, min_run_time) for key, fn in cases.items()}
+        pooled = _interleaved(measures, rounds, progress,
+                              lambda key: f"ScalarTensor N={n} {key[0]} {key[1]}")
+        for (op, variant), p in pooled.items():
             rows.append(Row((n,), str(dtype).removeprefix("torch."), device, variant, op,
-                            m.median * 1e6, m.iqr * 1e6, calls))
+                            p.median_us, p.iqr_us, p.calls))
     return rows
 
 

@@ -133,15 +133,11 @@ class MetadataTensor(TensorWrapper):
 _FAST_HOOKS = ("context", "wrap", "fallback", "call_plain")
 
 
-def _slow_torch_function(cls, func, types, args=(), kwargs=None):
-    return cls._python_torch_function(func, types, args, kwargs)
-
-
 def _wrap_result(cls, result, context):
     return _wrap_outputs(cls, result, context, {})
 
 
-_C.metadata_dispatch_setup(Tensor, frozenset(_NO_WRAP), _slow_torch_function, _wrap_result)
+_C.metadata_dispatch_setup(Tensor, frozenset(_NO_WRAP), _wrap_result)
 
 
 def _collect(cls: type, args, found: list) -> None:
