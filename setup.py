@@ -4,7 +4,8 @@ Build against the torch you have installed:
     pip install --no-build-isolation -e .
 Environment: FORCE_CUDA=1 builds the CUDA kernels without a visible GPU,
 TORCH_CUDA_ARCH_LIST picks the GPU architectures, MAX_JOBS bounds parallel compile jobs,
-TENSORTOOLS_DEBUG=1 compiles with -O0 -g.
+TENSORTOOLS_DEBUG=1 compiles with -O0 -g. TENSORTOOLS_SANITIZE is refused: sanitized
+builds are JIT builds of their own (scripts/sanitize.sh, docs/sanitizers.md).
 """
 
 import importlib.util
@@ -28,6 +29,11 @@ _spec = importlib.util.spec_from_file_location("_tensortools_extension",
 _extension = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = _extension  # dataclasses look their module up while defining
 _spec.loader.exec_module(_extension)
+if _extension.sanitizers():
+    # A sanitized tensortools._C would replace the normal one and abort every import that
+    # does not preload the sanitizer runtimes.
+    raise SystemExit("TENSORTOOLS_SANITIZE is for the JIT build (scripts/sanitize.sh); "
+                     "unset it to build tensortools._C")
 cfg = _extension.build_config()
 
 Extension = CUDAExtension if cfg.with_cuda else CppExtension

@@ -40,6 +40,11 @@ def _want_cuda() -> bool:
     return torch.version.cuda is not None and CUDA_HOME is not None
 
 
+def sanitizers() -> str:
+    """The -fsanitize= list from TENSORTOOLS_SANITIZE (e.g. "address,undefined"), or ""."""
+    return os.environ.get("TENSORTOOLS_SANITIZE", "").strip()
+
+
 def build_config() -> BuildConfig:
     cpp = sorted(p.relative_to(CSRC) for p in CSRC.rglob("*.cpp"))
     cu = sorted(p.relative_to(CSRC) for p in CSRC.rglob("*.cu"))
@@ -51,6 +56,13 @@ def build_config() -> BuildConfig:
     sources = [str(Path("csrc") / p) for p in cpp + cu]
     debug = os.environ.get("TENSORTOOLS_DEBUG", "0") == "1"
     opt = ["-O0", "-g"] if debug else ["-O3"]
+    sanitize = sanitizers()
+    # Host C++ only: nvcc takes no -fsanitize (compute-sanitizer checks the CUDA kernels).
+    # -O1 keeps sanitized code fast enough for the test suite and its stacks readable; a
+    # frame pointer on every frame gives ASan whole stacks; without recovery the first
+    # undefined behaviour aborts the process, so a test run cannot pass over it.
+    san_flags = [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer",
+                 "-fno-sanitize-recover=undefined", "-g", "-O1"] if sanitize else []
     return BuildConfig(
         sources=sources,
         with_cuda=with_cuda,
@@ -59,9 +71,10 @@ def build_config() -> BuildConfig:
         # runtime resolves to the libgomp torch already loaded (same soname).
         # No FP traps or errno are relied on; saying so lets the compiler if-convert and
         # vectorise the pointwise loops (results are unchanged).
-        cxx_flags=[*opt, "-fopenmp", "-fno-trapping-math", "-fno-math-errno"],
+        # The sanitizer flags come last, so their -O1 wins over -O3.
+        cxx_flags=[*opt, "-fopenmp", "-fno-trapping-math", "-fno-math-errno", *san_flags],
         nvcc_flags=opt,
-        link_flags=["-fopenmp"],
+        link_flags=["-fopenmp", *([f"-fsanitize={sanitize}"] if sanitize else [])],
     )
 
 
@@ -70,10 +83,13 @@ def jit_load(verbose: bool = False) -> ModuleType:
     from torch.utils.cpp_extension import load
 
     cfg = build_config()
+    sanitize = sanitizers()
     print(
         "tensortools: TENSORTOOLS_JIT is set, compiling the C++"
-        f"{'/CUDA' if cfg.with_cuda else ''} sources with torch.utils.cpp_extension.load "
-        "(the first import takes a while; later ones reuse the build)",
+        f"{'/CUDA' if cfg.with_cuda else ''} sources"
+        f"{f' with -fsanitize={sanitize}' if sanitize else ''} with "
+        "torch.utils.cpp_extension.load (the first import takes a while; later ones reuse "
+        "the build)",
         file=sys.stderr,
         flush=True,
     )
@@ -87,7 +103,9 @@ def jit_load(verbose: bool = False) -> ModuleType:
             digest.update(str(path.relative_to(CSRC)).encode() + b"\0" + path.read_bytes())
     macros.append(f"-DTENSORTOOLS_SOURCES_DIGEST={digest.hexdigest()[:16]}")
     return load(
-        name="tensortools_jit_C",
+        # A name of its own gives the sanitized build its own folder in the cache, so
+        # switching between the two never rebuilds or replaces the other.
+        name="tensortools_sanitize_C" if sanitize else "tensortools_jit_C",
         sources=[str(ROOT / s) for s in cfg.sources],
         extra_cflags=cfg.cxx_flags + macros,
         extra_cuda_cflags=cfg.nvcc_flags + macros,

@@ -2,7 +2,9 @@
 
 Normally that is the module ``tensortools._C`` built by ``setup.py``. With
 ``TENSORTOOLS_JIT=1`` (or ``=verbose``) the same sources are compiled at import time by
-``torch.utils.cpp_extension.load`` instead, announced on stderr.
+``torch.utils.cpp_extension.load`` instead, announced on stderr. ``TENSORTOOLS_SANITIZE``
+(e.g. ``address,undefined``) takes the JIT path too, building with those sanitizers under a
+name of its own (docs/sanitizers.md).
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from types import ModuleType
 
 import torch  # noqa: F401  (the extension links against torch's libraries)
 
+from tensortools._extension import jit_load, sanitizers
+
 
 def _load() -> ModuleType:
     jit = os.environ.get("TENSORTOOLS_JIT", "0").strip().lower()
-    if jit not in ("", "0", "false", "no", "off"):
-        from tensortools._extension import jit_load
-
+    # Only the JIT path builds with sanitizers (setup.py refuses to): loading the plain
+    # tensortools._C under TENSORTOOLS_SANITIZE would check nothing and pass.
+    if jit not in ("", "0", "false", "no", "off") or sanitizers():
         module = jit_load(verbose=jit == "verbose")
         # `import tensortools._C` must now find this module: loading the built one as
         # well would register every operator twice, which aborts the process.

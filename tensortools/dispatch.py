@@ -117,8 +117,9 @@ class TorchFunctionTable:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls._own_handlers = {}
-        cls._rebuild_handlers()
+        with cls._registry_lock:  # a parent may be registering in another thread
+            cls._own_handlers = {}
+            cls._rebuild_handlers()
 
     @classmethod
     def _rebuild_handlers(cls) -> None:

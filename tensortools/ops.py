@@ -138,15 +138,25 @@ def _lltm_backward_fake(grad_h, grad_cell, new_cell, gates, X, weights):
 
 def _as_value(fn_name: str, value: Any, like: Tensor) -> Tensor:
     """`value` (a number or a 0-d tensor) as a 0-d tensor of like's dtype and device."""
+    def refuse(error: type[Exception], why: str) -> Exception:
+        return error(f"tensortools.ops.{fn_name}: 'value' must be a number or a 0-d tensor "
+                     f"that {like.dtype} holds, {why}")
+
     if isinstance(value, Tensor):
         if value.dim() != 0:
-            raise ValueError(f"tensortools.ops.{fn_name}: 'value' must be a number or a "
-                             f"0-d tensor, got shape {tuple(value.shape)}")
-        return value.to(dtype=like.dtype, device=like.device)
-    if isinstance(value, (bool, int, float)):
-        return torch.tensor(value, dtype=like.dtype, device=like.device)
-    raise TypeError(f"tensortools.ops.{fn_name}: 'value' must be a number or a 0-d tensor, "
-                    f"got {type(value).__name__}")
+            raise refuse(ValueError, f"got shape {tuple(value.shape)}")
+        if value.is_complex() and not like.is_complex():
+            raise refuse(TypeError, f"got a {value.dtype} tensor")
+        if value.is_floating_point() and not like.is_floating_point():
+            value = value.item()  # checked below, like a Python float
+        else:
+            return value.to(dtype=like.dtype, device=like.device)
+    if not isinstance(value, (bool, int, float)):
+        raise refuse(TypeError, f"got {type(value).__name__}")
+    try:  # made on the CPU, which checks the conversion (the meta device does not)
+        return torch.tensor(value, dtype=like.dtype).to(like.device)
+    except (RuntimeError, ValueError, OverflowError) as err:  # NaN, Inf, out of range
+        raise refuse(ValueError, f"got {value!r}") from err
 
 
 def add_diagonal(input: Tensor, value: Any) -> Tensor:
@@ -186,25 +196,33 @@ def _scale_finite(input: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
 
 
 @torch.library.register_fake("tensortools::add_diagonal")
-def _add_diagonal_fake(self, value):
-    _check_fake("tensortools.add_diagonal", {"self": self, "value": value}, {"value": 0})
-    _expect(self.dim() >= 2 and self.shape[-1] == self.shape[-2], ValueError, lambda: (
-        "tensortools.add_diagonal: 'self' must be a square matrix or a batch of them "
-        f"(..., N, N), got shape {list(self.shape)}"))
-    return torch.empty_like(self, memory_format=torch.contiguous_format)
+def _add_diagonal_fake(input, value):
+    _check_fake("tensortools.add_diagonal", {"input": input, "value": value}, {"value": 0})
+    _check_structured_dtype("tensortools.add_diagonal", input)
+    _expect(input.dim() >= 2 and input.shape[-1] == input.shape[-2], ValueError, lambda: (
+        "tensortools.add_diagonal: 'input' must be a square matrix or a batch of them "
+        f"(..., N, N), got shape {list(input.shape)}"))
+    return torch.empty_like(input, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("tensortools::scale")
-def _scale_fake(self, value):
-    _check_fake("tensortools.scale", {"self": self, "value": value}, {"value": 0})
-    return torch.empty_like(self, memory_format=torch.contiguous_format)
+def _scale_fake(input, value):
+    _check_fake("tensortools.scale", {"input": input, "value": value}, {"value": 0})
+    _check_structured_dtype("tensortools.scale", input)
+    return torch.empty_like(input, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("tensortools::scale_finite")
-def _scale_finite_fake(self, value):
-    _check_fake("tensortools.scale_finite", {"self": self, "value": value}, {"value": 0})
-    return (torch.empty_like(self, memory_format=torch.contiguous_format),
-            self.new_empty((), dtype=torch.bool))
+def _scale_finite_fake(input, value):
+    _check_fake("tensortools.scale_finite", {"input": input, "value": value}, {"value": 0})
+    _check_structured_dtype("tensortools.scale_finite", input)
+    return (torch.empty_like(input, memory_format=torch.contiguous_format),
+            input.new_empty((), dtype=torch.bool))
+
+
+def _check_structured_dtype(op: str, input: Tensor) -> None:
+    _expect(not (input.is_complex() or input.dtype == torch.bool), TypeError,
+            lambda: f"{op}: 'input' must have a real, non-bool dtype, got {input.dtype}")
 
 
 def _save_inputs(ctx, inputs, output):
@@ -260,12 +278,16 @@ def axpby(x: Tensor, y: Tensor, alpha: float, beta: float) -> Tensor:
     _check_tensors("axpby", ("x", "y"), (x, y))
     _check_number("axpby", "alpha", alpha)
     _check_number("axpby", "beta", beta)
-    return torch.ops.tensortools.axpby.default(x, y, alpha, beta)
+    return torch.ops.tensortools.axpby.default(x, y, float(alpha), float(beta))
 
 
 @torch.library.register_fake("tensortools::axpby")
 def _axpby_fake(x, y, alpha, beta):
     _check_fake("tensortools.axpby", {"x": x, "y": y}, {})
+    _check_floating("tensortools.axpby", "x", x)
+    _expect(all(a == b or a == 1 or b == 1 for a, b in zip(reversed(x.shape), reversed(y.shape))),
+            ValueError, lambda: ("tensortools.axpby: 'x' and 'y' must broadcast together, got "
+                                 f"shapes {list(x.shape)} and {list(y.shape)}"))
     return x.new_empty(torch.broadcast_shapes(x.shape, y.shape))
 
 
@@ -312,7 +334,11 @@ def graph_conv(adj: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None = Non
 @torch.library.register_fake("tensortools::graph_conv")
 def _graph_conv_fake(adj, x, weight, bias):
     op = "tensortools.graph_conv"
-    _check_fake(op, {"x": x, "weight": weight, "adj": adj}, {"x": 2, "weight": 2})
+    tensors = {"x": x, "weight": weight, "adj": adj}
+    if bias is not None:
+        tensors["bias"] = bias
+    _check_fake(op, tensors, {"x": 2, "weight": 2})
+    _check_floating(op, "x", x)
     nodes = x.shape[0]
     _check_shape(op, "adj", adj, (nodes, nodes))
     _check_shape(op, "weight", weight, (x.shape[1], weight.shape[1]))
@@ -404,19 +430,35 @@ def fused_conv_bn2d(input: Tensor, weight: Tensor, running_mean: Tensor | None =
     if running_mean is not None:
         _check_conv_bn2d(input, weight, gamma, beta, stride, padding,
                          {"running_mean": running_mean, "running_var": running_var})
+        for name, t in (("running_mean", running_mean), ("running_var", running_var)):
+            _expect(t.numel() <= 1 or t.stride(0) != 0, ValueError, lambda: (
+                f"tensortools.ops.{fn}: '{name}' is updated in place, so it must not be "
+                "expanded (stride 0); pass a tensor of its own, e.g. .clone()"))
     out, mean, var = torch.ops.tensortools.conv_bn2d_forward.default(
         input, weight, gamma, beta, stride, padding, eps)
     count = out.numel() // max(out.shape[1], 1)
+    # As torch.nn.BatchNorm2d: the statistics of one value are no statistics to train on.
+    _expect(count != 1, ValueError, lambda: (
+        f"tensortools.ops.{fn}: training needs more than 1 value per channel, got 'input' "
+        f"of shape {list(input.shape)} giving a 1 x 1 output for a batch of 1"))
     if running_mean is not None and count > 0:
+        # (1 - momentum) * old + momentum * new, as batch_norm writes it (lerp_ differs for
+        # an infinite old value: Inf + 0.1 * (x - Inf) is NaN)
         with torch.no_grad():
-            running_mean.lerp_(mean.to(running_mean.dtype), momentum)
-            running_var.lerp_((var * (count / (count - 1))).to(running_var.dtype), momentum)
+            running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
+            # the unbiased variance's factor joins momentum, so a huge variance that
+            # fits does not overflow on the way
+            running_var.mul_(1 - momentum).add_(var.to(running_var.dtype),
+                                                alpha=momentum * count / (count - 1))
     return out
 
 
 def _conv_bn2d_folded(input, weight, running_mean, running_var, gamma, beta, stride,
                       padding, eps):
     """Inference: the running statistics folded into the convolution, one conv2d call."""
+    _expect(input.device.type != "cpu" or input.dtype in (torch.float32, torch.float64),
+            TypeError, lambda: ("tensortools.fused_conv_bn2d: 'input' must have dtype Float "
+                                f"or Double on cpu, got {input.dtype}"))
     _check_conv_bn2d(input, weight, gamma, beta, stride, padding,
                      {"running_mean": running_mean, "running_var": running_var})
     scale = torch.rsqrt(running_var + eps)
@@ -427,6 +469,10 @@ def _conv_bn2d_folded(input, weight, running_mean, running_var, gamma, beta, str
         bias = bias + beta
     return torch.nn.functional.conv2d(input, weight * scale.reshape(-1, 1, 1, 1), bias,
                                       stride, padding)
+
+
+# Largest stride or padding (as in the C++ checks: the output-size arithmetic stays exact).
+_MAX_GEOMETRY = 2**31 - 1
 
 
 def _check_conv_bn2d(input, weight, gamma, beta, stride, padding, extra=None):
@@ -443,10 +489,9 @@ def _check_conv_bn2d(input, weight, gamma, beta, stride, padding, extra=None):
         f"{input.shape[1]}"))
     for name, t in per_channel.items():
         _check_shape(op, name, t, (weight.shape[0],))
-    _expect(min(stride) >= 1, ValueError,
-            lambda: f"{op}: 'stride' must be >= 1, got {list(stride)}")
-    _expect(min(padding) >= 0, ValueError,
-            lambda: f"{op}: 'padding' must be >= 0, got {list(padding)}")
+    for name, pair, minimum in (("stride", stride, 1), ("padding", padding, 0)):
+        _expect(all(minimum <= v <= _MAX_GEOMETRY for v in pair), ValueError, lambda: (
+            f"{op}: '{name}' must be in [{minimum}, {_MAX_GEOMETRY}], got {list(pair)}"))
     padded = [input.shape[2 + d] + 2 * padding[d] for d in range(2)]
     _expect(padded[0] >= weight.shape[2] and padded[1] >= weight.shape[3], ValueError,
             lambda: (f"{op}: the padded input ({padded[0]} x {padded[1]}) is smaller than the "
@@ -459,8 +504,6 @@ def _check_conv_bn2d(input, weight, gamma, beta, stride, padding, extra=None):
 @torch.library.register_fake("tensortools::conv_bn2d_forward")
 def _conv_bn2d_forward_fake(input, weight, gamma, beta, stride, padding, eps):
     shape = _check_conv_bn2d(input, weight, gamma, beta, stride, padding)
-    _expect(shape[0] * shape[2] * shape[3] != 1, ValueError, lambda: (
-        "tensortools.fused_conv_bn2d: expected more than 1 value per channel when training"))
     # statistics in float for the half types, which compute in float
     stats = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
     return (input.new_empty(shape), weight.new_empty(shape[1], dtype=stats),

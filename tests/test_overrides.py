@@ -51,5 +51,5 @@ def test_every_overridable_function_reaches_the_type(name):
         assert set(names.get("own", [])) <= {
             "torch.Tensor.__len__", "torch.Tensor.__repr__", "torch.Tensor.device.__get__",
             "torch.Tensor.dtype.__get__", "torch.Tensor.shape.__get__", "torch.Tensor.dim",
-            "torch.Tensor.size"}
+            "torch.Tensor.size", "torch.Tensor.__setstate__"}  # (the last: its unpickling)
 

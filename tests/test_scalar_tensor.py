@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tensortools
+from scalar_cases import CASES, assert_same as _assert_same, outcome as _run
 from tensortools import ScalarTensor, ops
 
 # --- SPEC examples, verbatim -----------------------------------------------------------
@@ -96,61 +97,6 @@ def test_constructor_validation():
 
 SPECIAL = [0.0, -0.0, 1.0, -2.5, 1e-30, 3e38, float("inf"), -float("inf"), float("nan")]
 values = st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.sampled_from(SPECIAL))
-
-
-def _dense(x):
-    return x.tensor() if isinstance(x, ScalarTensor) else x
-
-
-def _assert_same(got, want, exact):
-    got = _dense(got)
-    assert got.dtype == want.dtype and got.shape == want.shape
-    if exact:
-        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
-    else:  # reductions: the dense sum's order of additions may differ by rounding
-        torch.testing.assert_close(got, want, equal_nan=True)
-
-
-# (name, function of (d, e, t, s), exact, whether it must stay structured when finite)
-CASES = [
-    ("add", lambda d, e, t, s: torch.add(d, e), True),
-    ("add alpha", lambda d, e, t, s: torch.add(d, e, alpha=s), False),
-    ("dense + d", lambda d, e, t, s: torch.add(t, d), True),
-    ("d + dense", lambda d, e, t, s: torch.add(d, t), True),
-    ("dense + alpha d", lambda d, e, t, s: torch.add(t, d, alpha=s), True),
-    ("sub", lambda d, e, t, s: torch.sub(d, e), True),
-    ("dense - d", lambda d, e, t, s: torch.sub(t, d), True),
-    ("mul", lambda d, e, t, s: torch.mul(d, e), True),
-    ("mul number", lambda d, e, t, s: torch.mul(d, s), True),
-    ("number * d", lambda d, e, t, s: s * d, True),
-    ("div number", lambda d, e, t, s: torch.div(d, s), True),
-    ("div floor", lambda d, e, t, s: torch.div(d, s, rounding_mode="floor"), True),
-    ("neg", lambda d, e, t, s: torch.neg(d), True),
-    ("matmul", lambda d, e, t, s: torch.matmul(d, e), True),
-    ("d @ dense", lambda d, e, t, s: d @ t, True),
-    ("dense @ d", lambda d, e, t, s: t @ d, True),
-    ("mm", lambda d, e, t, s: torch.mm(d, t), True),
-    ("mean", lambda d, e, t, s: torch.mean(d), False),
-    ("sum", lambda d, e, t, s: torch.sum(d), False),
-    ("trace", lambda d, e, t, s: torch.trace(d), False),
-    ("det", lambda d, e, t, s: torch.det(d), False),
-    ("linalg.det", lambda d, e, t, s: torch.linalg.det(d), False),
-    ("inverse", lambda d, e, t, s: torch.inverse(d), False),
-    ("linalg.inv", lambda d, e, t, s: torch.linalg.inv(d), False),
-    ("diag", lambda d, e, t, s: torch.diag(d), True),
-    ("diag offset", lambda d, e, t, s: torch.diag(d, 1), True),
-    ("diagonal", lambda d, e, t, s: torch.diagonal(d), True),
-    ("diagonal dims", lambda d, e, t, s: torch.diagonal(d, 0, 1, 0), True),
-    ("transpose", lambda d, e, t, s: torch.transpose(d, 0, 1), True),
-    ("t", lambda d, e, t, s: torch.t(d), True),
-]
-
-
-def _run(fn, *args):
-    try:
-        return fn(*args), None
-    except Exception as exc:  # the dense computation may legitimately raise
-        return None, type(exc)
 
 
 @given(n=st.integers(1, 6), v=values, w=values, s=values,
@@ -309,13 +255,13 @@ def test_kernels_compile():
 
 
 def test_kernel_bad_input():
-    with pytest.raises(ValueError, match="'self' must be a square matrix"):
+    with pytest.raises(ValueError, match="'input' must be a square matrix"):
         ops.add_diagonal(torch.ones(2, 3), 1)
-    with pytest.raises(ValueError, match="'self' must be a square matrix"):
+    with pytest.raises(ValueError, match="'input' must be a square matrix"):
         ops.add_diagonal(torch.ones(3), 1)
-    with pytest.raises(TypeError, match="'self' must have dtype"):
+    with pytest.raises(TypeError, match="'input' must have dtype"):
         ops.scale(torch.ones(2, dtype=torch.complex64), 1)
-    with pytest.raises(TypeError, match="'self' must have dtype"):
+    with pytest.raises(TypeError, match="'input' must have dtype"):
         ops.scale(torch.ones(2, dtype=torch.bool), 1)
     with pytest.raises(ValueError, match="'value' must be a number or a 0-d tensor"):
         ops.scale(torch.ones(2), torch.ones(2))
@@ -325,7 +271,7 @@ def test_kernel_bad_input():
         ops.scale([1.0], 2)
     with pytest.raises(ValueError, match="'value' must be 0-D"):
         torch.ops.tensortools.scale(torch.ones(2), torch.ones(1))
-    with pytest.raises(TypeError, match="'value' must have the same dtype as 'self'"):
+    with pytest.raises(TypeError, match="'value' must have the same dtype as 'input'"):
         torch.ops.tensortools.scale(torch.ones(2), torch.tensor(1.0, dtype=torch.float64))
 
 

@@ -3,6 +3,7 @@
 #include "conv_bn2d.h"
 
 #include <ATen/ATen.h>
+#include <limits>
 #include <torch/library.h>
 
 #include "../checks.h"
@@ -12,12 +13,15 @@ namespace {
 
 constexpr const char* kOp = "tensortools.fused_conv_bn2d";
 
+// Bounds stride and padding so that the output-size arithmetic below cannot overflow.
+constexpr int64_t kMaxGeometry = std::numeric_limits<int32_t>::max();
+
 void check_pair(const char* name, at::IntArrayRef values, int64_t minimum) {
   TORCH_CHECK_VALUE(values.size() == 2, kOp, ": '", name, "' must have 2 values, got ",
                     values.size());
   for (int64_t v : values) {
-    TORCH_CHECK_VALUE(v >= minimum, kOp, ": '", name, "' must be >= ", minimum, ", got ",
-                      values);
+    TORCH_CHECK_VALUE(v >= minimum && v <= kMaxGeometry, kOp, ": '", name, "' must be in [",
+                      minimum, ", ", kMaxGeometry, "], got ", values);
   }
 }
 
@@ -60,12 +64,6 @@ void check_forward_args(const at::Tensor& input, const at::Tensor& weight,
                     ": the padded input (", padded_h, " x ", padded_w,
                     ") is smaller than the kernel (", weight.size(2), " x ", weight.size(3),
                     "); 'input' has shape ", input.sizes(), ", 'weight' ", weight.sizes());
-  // Batch statistics of a single value are undefined (torch.nn.BatchNorm2d says the same).
-  const int64_t values = input.size(0) * ((padded_h - weight.size(2)) / stride[0] + 1) *
-                         ((padded_w - weight.size(3)) / stride[1] + 1);
-  TORCH_CHECK_VALUE(values != 1, kOp,
-                    ": expected more than 1 value per channel when training, got 'input' of "
-                    "shape ", input.sizes(), " giving a 1 x 1 output for a batch of 1");
 }
 
 void check_backward_args(const at::Tensor& grad_output, const at::Tensor& input,

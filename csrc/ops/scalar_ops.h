@@ -1,11 +1,11 @@
 // Kernels behind ScalarTensor's structured handlers (a ScalarTensor is value * I_N):
-//   add_diagonal(self, value) = self + value * I over the last two dimensions, in one pass;
-//   scale(self, value)        = value * self, in one pass (value * I @ T and T @ value * I);
-//   scale_finite(self, value) = (value * self, whether every element of self is finite),
+//   add_diagonal(input, value) = input + value * I over the last two dimensions, in one pass;
+//   scale(input, value)        = value * input, in one pass (value * I @ T and T @ value * I);
+//   scale_finite(input, value) = (value * input, whether every element of input is finite),
 //                               still one pass: value * I @ T equals value * T only when T
 //                               is finite, and this tells the caller so without a second
 //                               pass over T.
-// `value` is a 0-dimensional tensor of self's dtype.
+// `value` is a 0-dimensional tensor of input's dtype.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,8 +18,8 @@ inline constexpr at::ScalarType kDtypes[] = {
     at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kByte, at::kChar,
     at::kShort, at::kInt,   at::kLong};
 
-void check_add_diagonal_args(const at::Tensor& self, const at::Tensor& value);
-void check_scale_args(const at::Tensor& self, const at::Tensor& value,
+void check_add_diagonal_args(const at::Tensor& input, const at::Tensor& value);
+void check_scale_args(const at::Tensor& input, const at::Tensor& value,
                       const char* op = "tensortools.scale");
 
 }  // namespace tensortools::scalar_ops

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import pickle
 from typing import Any, Callable, ClassVar, Mapping, Union
 
 import torch
@@ -58,6 +59,19 @@ class MetadataTensor(TensorWrapper):
         with torch._C.DisableTorchFunctionSubclass():
             data = Tensor.__repr__(self.as_subclass(Tensor))
         return f"Metadata:\n{self.metadata!r}\ndata:\n{data}"
+
+    def __setstate__(self, state: Any) -> None:
+        # Unpickling (pickle, torch.load, also with weights_only=True) hands over what
+        # __getstate__ saved: {"metadata": dict}. A crafted file could set any attribute
+        # or a metadata that is not a dict; refuse both.
+        if isinstance(state, tuple) and len(state) == 2:
+            state = state[0]
+        if not (isinstance(state, dict) and set(state) <= {"metadata"}
+                and isinstance(state.get("metadata", {}), dict)):
+            raise pickle.UnpicklingError(
+                f"{type(self).__name__}: invalid saved state; expected {{'metadata': dict}}, "
+                f"got {type(state).__name__} {_summary(state)}")
+        self.metadata = dict(state.get("metadata", {}))
 
     # -- settings --------------------------------------------------------------------
 
@@ -186,5 +200,33 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
+def _summary(state: Any) -> str:
+    text = repr(list(state) if isinstance(state, dict) else state)
+    return text if len(text) < 80 else text[:77] + "..."
+
+
+def collate(batch: list, *, collate_fn_map: dict | None = None) -> MetadataTensor:
+    """``torch.utils.data.default_collate`` for MetadataTensor samples (registered in
+    ``default_collate_fn_map`` when tensortools is imported).
+
+    The data are stacked as for plain tensors (into shared memory in a worker process);
+    the batch's metadata maps each key to the list of the samples' values, in sample
+    order, as ``default_collate`` batches a dict of strings: samples ``{"id": 3}`` and
+    ``{"id": 7}`` give ``{"id": [3, 7]}``. Every sample must have the same keys.
+    """
+    first = batch[0]
+    dicts = [t.__dict__.get("metadata") or {} for t in batch]
+    for i, d in enumerate(dicts):
+        if d.keys() != dicts[0].keys():
+            raise ValueError(f"{type(first).__name__} collate: sample {i} has metadata keys "
+                             f"{sorted(map(str, d))}, sample 0 has {sorted(map(str, dicts[0]))}; "
+                             "every sample of a batch needs the same keys")
+    with torch._C.DisableTorchFunctionSubclass():
+        plain = [t.as_subclass(Tensor) for t in batch]
+        data = torch.utils.data._utils.collate.collate_tensor_fn(plain)
+    return type(first).wrap(data, {k: [d[k] for d in dicts] for k in dicts[0]})
+
+
 # torch.load(weights_only=True) may rebuild MetadataTensors once tensortools is imported.
 torch.serialization.add_safe_globals([MetadataTensor])
+torch.utils.data._utils.collate.default_collate_fn_map[MetadataTensor] = collate

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import torch
@@ -103,6 +104,23 @@ class ScalarTensor(TensorLike):
     def __repr__(self) -> str:
         return f"ScalarTensor(N={self.N}, value={self.value})"
 
+    def __setstate__(self, state: Any) -> None:
+        # Unpickling (pickle, copy, torch.load also with weights_only=True) hands over
+        # what was saved: N, the pair [value, 0] and the value as shown. A crafted file
+        # could hand anything; refuse what this class could not have saved.
+        ok = (isinstance(state, dict) and set(state) == {"N", "_pair", "_shown"}
+              and type(state["N"]) is int and state["N"] >= 0
+              and type(state["_pair"]) is Tensor and state["_pair"].shape == (2,)
+              and (state["_shown"] is None or type(state["_shown"]) in (bool, int, float, complex)))
+        if ok and state["_shown"] is not None:  # shown as given, stored rounded
+            ok = bool(torch.tensor(state["_shown"], dtype=state["_pair"].dtype)
+                      .eq(state["_pair"][0].cpu()) | state["_pair"][0].isnan().cpu())
+        if not ok:
+            raise pickle.UnpicklingError(
+                "ScalarTensor: invalid saved state; expected N (an int >= 0), _pair (a "
+                "2-element tensor) and _shown (None or the value)")
+        self.__dict__.update(state)
+
     def __len__(self) -> int:
         return self.N
 
@@ -201,20 +219,25 @@ def _dense_plus_diagonal(dense: Tensor, d: ScalarTensor, sign: int) -> Any:
     if dense.dim() < 2 or tuple(dense.shape[-2:]) != (d.N, d.N) or dense.device != d.device:
         return NotImplemented
     dtype = torch.promote_types(dense.dtype, d.dtype)
-    if dtype not in _KERNEL_DTYPES:
-        return NotImplemented
+    if dtype not in _KERNEL_DTYPES or (sign == -1 and torch.bool in (dense.dtype, d.dtype)):
+        return NotImplemented  # (torch refuses to subtract bool tensors)
     value = d.scalar(dtype)
     return ops._structured(torch.ops.tensortools.add_diagonal.default, dense.to(dtype),
                            value if sign == 1 else -value)
+
+
+def _unit(alpha: Any) -> bool:
+    """alpha is the int 1 (a float or bool alpha has dtype rules the dense call applies)."""
+    return type(alpha) is int and alpha == 1
 
 
 @ScalarTensor.implements(torch.add)
 def _add(input, other, *, alpha=1):
     if _both("add", input, other):
         return _from_probe(input, torch.add(_probe(input), _probe(other), alpha=alpha))
-    if alpha == 1 and isinstance(other, ScalarTensor) and isinstance(input, Tensor):
+    if _unit(alpha) and isinstance(other, ScalarTensor) and isinstance(input, Tensor):
         return _dense_plus_diagonal(input, other, 1)
-    if alpha == 1 and isinstance(input, ScalarTensor) and isinstance(other, Tensor):
+    if _unit(alpha) and isinstance(input, ScalarTensor) and isinstance(other, Tensor):
         return _dense_plus_diagonal(other, input, 1)
     return NotImplemented
 
@@ -223,7 +246,7 @@ def _add(input, other, *, alpha=1):
 def _sub(input, other, *, alpha=1):
     if _both("sub", input, other):
         return _from_probe(input, torch.sub(_probe(input), _probe(other), alpha=alpha))
-    if alpha == 1 and isinstance(other, ScalarTensor) and isinstance(input, Tensor):
+    if _unit(alpha) and isinstance(other, ScalarTensor) and isinstance(input, Tensor):
         return _dense_plus_diagonal(input, other, -1)
     return NotImplemented
 
@@ -236,13 +259,19 @@ def _mul(input, other):
     s = _plain_operand(s, d)
     if s is None:
         return NotImplemented
-    return _from_probe(d, torch.mul(_probe(d), s))
+    # In the order torch multiplies the dense matrix: a 0-d tensor first is rounded to the
+    # matrix's dtype before the product, second it is not. (A number comes first only
+    # through __rmul__, which torch computes as matrix * number.)
+    first = isinstance(s, Tensor) and d is other
+    return _from_probe(d, torch.mul(s, _probe(d)) if first else torch.mul(_probe(d), s))
 
 
 @ScalarTensor.implements(torch.div, torch.divide, torch.true_divide)
 def _div(input, other, *, rounding_mode=None):
-    if not isinstance(input, ScalarTensor):
-        return NotImplemented  # number / d is inf off the diagonal
+    if not isinstance(input, ScalarTensor) or input.N == 0:
+        # number / d is inf off the diagonal; an empty matrix divides by an integer 0,
+        # which the probe would refuse
+        return NotImplemented
     s = _plain_operand(other, input)
     if s is None:
         return NotImplemented
@@ -271,11 +300,15 @@ def _scaled(d: ScalarTensor, dense: Tensor, rows_dim: int) -> Any:
 def _matmul_impl(input, other, need_2d: bool):
     if isinstance(input, ScalarTensor) and isinstance(other, ScalarTensor):
         # Off the diagonal the dense product sums value * 0 terms: NaN unless finite.
-        if (input.N != other.N or input.dtype != other.dtype
+        # (There is no dense product of bool matrices.)
+        if (input.N != other.N or input.dtype != other.dtype or input.dtype == torch.bool
                 or input.device != other.device
                 or not (_finite_nonzero(input) and _finite_nonzero(other))):
             return NotImplemented
-        return ScalarTensor._from_pair(input.N, torch.mul(input._pair, other._pair))
+        product = torch.mul(input._pair, other._pair)
+        # An overflowing product is left to the dense path (complex Inf differs there).
+        return (ScalarTensor._from_pair(input.N, product) if bool(torch.isfinite(product[0]))
+                else NotImplemented)
     if isinstance(input, ScalarTensor) and isinstance(other, Tensor):
         if need_2d and other.dim() != 2:
             return NotImplemented
@@ -302,6 +335,10 @@ def _accumulated(d: ScalarTensor) -> Tensor:
     v = d.scalar()
     if not (v.is_floating_point() or v.is_complex()):
         v = v.to(torch.int64)
+    if d.N == 0:
+        return torch.zeros_like(v)  # the empty sum, also for an Inf value
+    if v.is_complex():  # N * (a + bj) as a sum does it: no a * 0 or b * 0 terms (Inf * 0)
+        return torch.view_as_complex(torch.view_as_real(v) * d.N)
     return v * d.N
 
 
@@ -314,28 +351,36 @@ def _sum(input, *args, **kwargs):
 
 @ScalarTensor.implements(torch.trace)
 def _trace(input):
+    if input.dtype == torch.bool:
+        return NotImplemented  # the dense trace refuses bool
     return _accumulated(input)
 
 
 @ScalarTensor.implements(torch.mean)
 def _mean(input, *args, **kwargs):
-    if args or kwargs or input.N == 0 or not (input.dtype.is_floating_point
-                                              or input.dtype.is_complex):
-        return NotImplemented
+    if args or kwargs or input.N == 0 or input.N >= 2**31 or not (
+            input.dtype.is_floating_point or input.dtype.is_complex):
+        return NotImplemented  # (N² beyond int64 is no size torch can divide by)
     # As the dense mean does: the sum (which may overflow), then divided by N².
     return torch.div(_accumulated(input), input.N * input.N)
 
 
+# The dtypes the dense LAPACK routines (det, inverse) take.
+_LAPACK_DTYPES = frozenset({torch.float32, torch.float64, torch.complex64, torch.complex128})
+
+
 @ScalarTensor.implements(torch.det, torch.linalg.det)
 def _det(input):
-    if not (input.dtype.is_floating_point or input.dtype.is_complex) or not _lapack_safe(input):
+    if input.dtype not in _LAPACK_DTYPES or not _lapack_safe(input):
         return NotImplemented
-    return torch.pow(input.scalar(), input.N)
+    det = torch.pow(input.scalar(), input.N)
+    # An overflowing product is left to LAPACK: a complex one is Inf+NaNj there.
+    return det if bool(torch.isfinite(det)) else NotImplemented
 
 
 @ScalarTensor.implements(torch.inverse, torch.linalg.inv)
 def _inverse(input):
-    if not (input.dtype.is_floating_point or input.dtype.is_complex):
+    if input.dtype not in _LAPACK_DTYPES:
         return NotImplemented
     inverse = torch.reciprocal(input.scalar())
     # The dense inverse raises for 0, and has NaN off the diagonal once the reciprocal
@@ -381,3 +426,7 @@ def _transpose(input, dim0, dim1):
 @ScalarTensor.implements(torch.t)
 def _t(input):
     return ScalarTensor._from_pair(input.N, input._pair)
+
+
+# torch.load(weights_only=True) may rebuild ScalarTensors once tensortools is imported.
+torch.serialization.add_safe_globals([ScalarTensor])

@@ -23,8 +23,9 @@ at::Tensor axpby_cpu(const at::Tensor& x, const at::Tensor& y, const at::Scalar&
                   .build();
   AT_DISPATCH_FLOATING_TYPES(iter.common_dtype(), "axpby_cpu", [&] {
     using opmath_t = at::opmath_type<scalar_t>;
-    const opmath_t a = alpha.to<opmath_t>();
-    const opmath_t b = beta.to<opmath_t>();
+    // Rounded like torch rounds a Python number for this dtype (1e300 is inf in float).
+    const opmath_t a = static_cast<opmath_t>(alpha.toDouble());
+    const opmath_t b = static_cast<opmath_t>(beta.toDouble());
     iter.for_each([&](char** data, const int64_t* strides, int64_t n) {
       constexpr int64_t s = sizeof(scalar_t);
       if (strides[0] == s && strides[1] == s && strides[2] == s) {

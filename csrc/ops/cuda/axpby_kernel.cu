@@ -70,7 +70,9 @@ at::Tensor axpby_cuda(const at::Tensor& x_, const at::Tensor& y_, const at::Scal
   const auto stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "axpby_cuda", [&] {
     using opmath_t = at::opmath_type<scalar_t>;
-    const opmath_t a = alpha.to<opmath_t>(), b = beta.to<opmath_t>();
+    // Rounded like torch rounds a Python number for this dtype (1e300 is inf in float).
+    const opmath_t a = static_cast<opmath_t>(alpha.toDouble());
+    const opmath_t b = static_cast<opmath_t>(beta.toDouble());
     if (x.is_contiguous() && y.is_contiguous()) {
       axpby_flat_kernel<scalar_t, opmath_t><<<cuda::blocks_for(n), cuda::kThreads, 0, stream>>>(
           x.const_data_ptr<scalar_t>(), y.const_data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),

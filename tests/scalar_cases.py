@@ -1,0 +1,75 @@
+"""ScalarTensor calls, each run on ScalarTensors and on their dense matrices, and how
+their results compare. Shared by the handler tests and the fuzz tests."""
+
+import torch
+
+from tensortools import ScalarTensor
+
+
+def dense(x):
+    return x.tensor() if isinstance(x, ScalarTensor) else x
+
+
+def assert_same(got, want, exact):
+    got = dense(got)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    # torch's complex products round differently in its vectorised and scalar loops, and
+    # a number times a half-precision tensor is rounded once or twice depending on which
+    # operand it is: there the 2-element probe and the dense matrix may differ in the
+    # last bit.
+    if exact and want.dtype in (torch.float16, torch.bfloat16):
+        torch.testing.assert_close(got, want, rtol=torch.finfo(want.dtype).eps, atol=0,
+                                   equal_nan=True)
+    elif exact and not want.dtype.is_complex:
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    else:  # reductions: the dense sum's order of additions may differ by rounding
+        torch.testing.assert_close(got, want, equal_nan=True)
+
+
+# (name, function of (d, e, t, s), whether the result is exact): d and e ScalarTensors,
+# t a dense tensor, s a number. Reductions may round differently from the dense sum.
+CASES = [
+    ("add", lambda d, e, t, s: torch.add(d, e), True),
+    ("add alpha", lambda d, e, t, s: torch.add(d, e, alpha=s), False),
+    ("dense + d", lambda d, e, t, s: torch.add(t, d), True),
+    ("d + dense", lambda d, e, t, s: torch.add(d, t), True),
+    ("dense + alpha d", lambda d, e, t, s: torch.add(t, d, alpha=s), True),
+    ("sub", lambda d, e, t, s: torch.sub(d, e), True),
+    ("dense - d", lambda d, e, t, s: torch.sub(t, d), True),
+    ("mul", lambda d, e, t, s: torch.mul(d, e), True),
+    ("mul number", lambda d, e, t, s: torch.mul(d, s), True),
+    ("number * d", lambda d, e, t, s: s * d, True),
+    ("div number", lambda d, e, t, s: torch.div(d, s), True),
+    ("div floor", lambda d, e, t, s: torch.div(d, s, rounding_mode="floor"), True),
+    ("neg", lambda d, e, t, s: torch.neg(d), True),
+    ("matmul", lambda d, e, t, s: torch.matmul(d, e), True),
+    ("d @ dense", lambda d, e, t, s: d @ t, True),
+    ("dense @ d", lambda d, e, t, s: t @ d, True),
+    ("mm", lambda d, e, t, s: torch.mm(d, t), True),
+    ("mean", lambda d, e, t, s: torch.mean(d), False),
+    ("sum", lambda d, e, t, s: torch.sum(d), False),
+    ("trace", lambda d, e, t, s: torch.trace(d), False),
+    ("det", lambda d, e, t, s: torch.det(d), False),
+    ("linalg.det", lambda d, e, t, s: torch.linalg.det(d), False),
+    ("inverse", lambda d, e, t, s: torch.inverse(d), False),
+    ("linalg.inv", lambda d, e, t, s: torch.linalg.inv(d), False),
+    ("diag", lambda d, e, t, s: torch.diag(d), True),
+    ("diag offset", lambda d, e, t, s: torch.diag(d, 1), True),
+    ("diagonal", lambda d, e, t, s: torch.diagonal(d), True),
+    ("diagonal dims", lambda d, e, t, s: torch.diagonal(d, 0, 1, 0), True),
+    ("transpose", lambda d, e, t, s: torch.transpose(d, 0, 1), True),
+    ("t", lambda d, e, t, s: torch.t(d), True),
+    ("operator d + e", lambda d, e, t, s: d + e, True),
+    ("operator dense + d", lambda d, e, t, s: t + d, True),
+    ("operator -d", lambda d, e, t, s: -d, True),
+    ("operator d * s", lambda d, e, t, s: d * s, True),
+    ("operator d / s", lambda d, e, t, s: d / s, True),
+    ("operator d @ d", lambda d, e, t, s: d @ e, True),
+]
+
+
+def outcome(fn, *args):
+    try:
+        return fn(*args), None
+    except Exception as exc:  # the dense computation may legitimately raise
+        return None, type(exc)
