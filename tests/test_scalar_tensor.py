@@ -301,3 +301,14 @@ def test_copy_and_pickle():
     for r in (copy.deepcopy(d), pickle.loads(pickle.dumps(d)), copy.copy(d)):
         assert isinstance(r, ScalarTensor) and repr(r) == repr(d) and r.dtype == d.dtype
         assert torch.equal(r.tensor(), d.tensor())
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int16, torch.int8])
+def test_integer_kernels_wrap_around_like_torch(dtype):
+    # Signed overflow is computed without undefined behaviour and wraps as torch does.
+    top = torch.iinfo(dtype).max
+    t = torch.full((40, 40), top, dtype=dtype)
+    torch.testing.assert_close(ops.add_diagonal(t, 1), t + torch.eye(40, dtype=dtype),
+                               rtol=0, atol=0)
+    torch.testing.assert_close(ops.scale(t, 3), t * 3, rtol=0, atol=0)
+    torch.testing.assert_close(ops.scale(t, -1), t * -1, rtol=0, atol=0)

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "../scalar_ops.h"
+#include "../wrapping.h"
 
 namespace tensortools::scalar_ops {
 namespace {
@@ -31,7 +32,7 @@ void add_diagonal_rows(const scalar_t* __restrict in, scalar_t v, scalar_t* __re
       dst[j] = static_cast<scalar_t>(src[j] + zero);
     }
     const int64_t i = r % n;
-    dst[i] = static_cast<scalar_t>(src[i] + v);
+    dst[i] = wrapping_add(src[i], v);
   }
 }
 
@@ -68,14 +69,14 @@ void scale_block(const scalar_t* __restrict in, scalar_t v, scalar_t* __restrict
   int64_t k = 0;
   for (; k + kLanes <= n; k += kLanes) {
     for (int64_t j = 0; j < kLanes; ++j) {
-      out[k + j] = static_cast<scalar_t>(v * in[k + j]);
+      out[k + j] = wrapping_mul(v, in[k + j]);
       if constexpr (CheckFinite) {
         probe[j] += static_cast<acc_t>(in[k + j]) * acc_t(0);
       }
     }
   }
   for (; k < n; ++k) {
-    out[k] = static_cast<scalar_t>(v * in[k]);
+    out[k] = wrapping_mul(v, in[k]);
     if constexpr (CheckFinite) {
       probe[0] += static_cast<acc_t>(in[k]) * acc_t(0);
     }

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "../scalar_ops.h"
+#include "../wrapping.h"
 #include "launch.cuh"
 
 namespace tensortools::scalar_ops {
@@ -25,7 +26,7 @@ __global__ void add_diagonal_kernel(const scalar_t* __restrict__ in,
   TENSORTOOLS_GRID_STRIDE_LOOP(k, numel, int64_t) {
     const int64_t within = k % (n * n);
     const bool diagonal = within / n == within % n;
-    out[k] = static_cast<scalar_t>(in[k] + (diagonal ? v : zero));
+    out[k] = wrapping_add(in[k], diagonal ? v : zero);
   }
 }
 
@@ -34,7 +35,7 @@ __global__ void scale_kernel(const scalar_t* __restrict__ in, const scalar_t* __
                              scalar_t* __restrict__ out, int64_t numel) {
   const scalar_t v = *value;
   TENSORTOOLS_GRID_STRIDE_LOOP(k, numel, int64_t) {
-    out[k] = static_cast<scalar_t>(v * in[k]);
+    out[k] = wrapping_mul(v, in[k]);
   }
 }
 
@@ -50,7 +51,7 @@ __global__ void scale_finite_kernel(const scalar_t* __restrict__ in,
   bool finite = true;
   TENSORTOOLS_GRID_STRIDE_LOOP(k, numel, int64_t) {
     const scalar_t x = in[k];
-    out[k] = static_cast<scalar_t>(v * x);
+    out[k] = wrapping_mul(v, x);
     finite = finite && ::isfinite(static_cast<acc_t>(x));
   }
   if (!finite) {
