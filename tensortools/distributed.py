@@ -39,7 +39,8 @@ def all_gather(tensor: Tensor, group: dist.ProcessGroup | None = None) -> list[T
     across ranks raise on every rank alike, rather than hanging or failing in the backend:
     ``ValueError`` if the ranks' shapes or dtypes differ, ``TypeError`` if a rank's
     metadata cannot be pickled. Costs one ``all_gather_object`` (shape, dtype, pickled
-    metadata) besides the ``all_gather`` of the data.
+    metadata) besides the ``all_gather`` of the data. Like ``all_gather_object``, it
+    unpickles what the other ranks send: use it only among ranks that trust each other.
     """
     if not isinstance(tensor, Tensor):
         raise TypeError("tensortools.distributed.all_gather: 'tensor' must be a "

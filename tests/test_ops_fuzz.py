@@ -138,10 +138,6 @@ def _kinds_for(names, kind: Kind) -> dict:
     return {n: dataclasses.replace(kind, seed=kind.seed + i) for i, n in enumerate(names)}
 
 
-def _float64(t):
-    return None if t is None else t.detach().to(torch.float64)
-
-
 def _reference_dtypes(dtype: torch.dtype, special: bool) -> list[torch.dtype]:
     """Where to compute the reference maths: in float64; with special values also in the
     case's own dtype, which overflows and makes NaN at the same places as the operator
