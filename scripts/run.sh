@@ -87,6 +87,8 @@ ensure_deps() {
   install_missing optional ninja  # without it the build is serial, not broken
   if [[ "$1" == test ]]; then
     install_missing required pytest hypothesis numpy
+    # The docs' code examples and API reference are part of the suite.
+    install_missing required sybil sphinx
     # op_db sweeps need expecttest (they skip without it); tqdm draws progress bars.
     install_missing optional expecttest tqdm
   fi

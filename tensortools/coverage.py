@@ -396,6 +396,7 @@ def resolve_type(text: str) -> type:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command ``python -m tensortools.coverage TYPE... [options]``; returns its exit status."""
     parser = argparse.ArgumentParser(prog="python -m tensortools.coverage",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("types", nargs="+", metavar="TYPE",

@@ -1,8 +1,10 @@
 """The tensortools demo: ``python -m tensortools.demo [--quick]``.
 
-Shows the three tensor types at work, runs the LLTM cell through the fused C++ kernel
-and through the plain-PyTorch reference, shows that they agree (values and gradients),
-and prints timing tables: the LLTM, and the per-call cost of each tensor type.
+A short tour in seven steps: the three tensor types at work; the LLTM cell through the
+fused C++ kernel against the plain-PyTorch reference (values and gradients), then on
+typed tensors; how much of torch's API each type covers; and the timing tables (the LLTM,
+and the per-call cost of each type). ``--quick`` shortens the timings and leaves out
+``torch.compile``.
 """
 
 from __future__ import annotations
@@ -13,46 +15,60 @@ import sys
 import torch
 
 import tensortools
-from tensortools import (LoggingTensor, MetadataTensor, ScalarTensor, bench, capture_logs, nn,
-                         ops, reference)
+from tensortools import (LoggingTensor, MetadataTensor, ScalarTensor, bench, capture_logs,
+                         coverage, nn, ops, reference)
+
+TYPES = (ScalarTensor, MetadataTensor, LoggingTensor)
 
 
-def _section(title: str) -> None:
-    print(f"\n== {title} ==")
+def _section(number: int, title: str) -> None:
+    print(f"\n== {number}. {title} ==")
 
 
-def tensor_types() -> None:
-    _section("Tensor types")
+def scalar_tensor() -> None:
+    _section(1, "ScalarTensor: an N×N matrix stored as two numbers")
     d = ScalarTensor(3, 2.5)
     t = torch.arange(9.0).reshape(3, 3)
-    print(f"d = {d!r}  (value * I_3, stored as two numbers)")
+    print(f"d = {d!r}  (value * I_3)")
     print(f"  d + d    -> {d + d!r}")
     print(f"  d @ t    == 2.5 * t: {torch.equal(d @ t, 2.5 * t)}  (one scaling pass, no matmul)")
     print(f"  t + d    == t + d.tensor(): {torch.equal(t + d, t + d.tensor())}")
     print(f"  det(d)   -> {torch.det(d).item()}  (2.5 ** 3)")
     print(f"  exp(d)   -> dense {tuple(torch.exp(d).shape)} tensor (no handler: fallback)")
+    with ScalarTensor.using_policy("strict"):
+        try:
+            torch.exp(d)
+        except TypeError:
+            print("  exp(d) under the strict policy -> TypeError (nothing dense is formed)")
 
+
+def metadata_tensor() -> None:
+    _section(2, "MetadataTensor: metadata that follows the data")
     m = MetadataTensor(torch.tensor([1.0, 2.0, 3.0]), metadata={"units": "m", "run": 7})
     y = torch.nn.functional.relu(m * 2 - 3).sum()
-    print(f"MetadataTensor through relu(m * 2 - 3).sum(): value {y.item()}, "
-          f"metadata {y.metadata}")
+    print(f"relu(m * 2 - 3).sum(): value {y.item()}, metadata {y.metadata}")
+    other = MetadataTensor(torch.ones(3), metadata={"units": "s"})
+    with MetadataTensor.merge_policy("strict"):
+        try:
+            m + other
+        except ValueError as err:
+            print(f"m + other under the strict merge policy -> ValueError: {err}")
+    with MetadataTensor.tracking(False):
+        print(f"with tracking off, m + m is a {type(m + m).__name__}")
 
+
+def logging_tensor() -> None:
+    _section(3, "LoggingTensor: every torch call recorded")
     x = LoggingTensor(torch.randn(4, 8))
     with capture_logs() as logs:
         torch.tanh(x @ x.T).mean()
-    print("LoggingTensor records of tanh(x @ x.T).mean():")
+    print("records of tanh(x @ x.T).mean():")
     for record in logs:
         print(f"  {record.function:<22} {record.arguments}")
 
-    args = [torch.randn(2, 3), torch.randn(12, 7), torch.randn(12), torch.randn(2, 4),
-            torch.randn(2, 4)]
-    new_h, _ = ops.lltm(MetadataTensor(args[0], {"step": 1}), *args[1:])
-    print(f"ops.lltm on a MetadataTensor input -> {type(new_h).__name__} with "
-          f"metadata {new_h.metadata}")
-
 
 def lltm_agreement() -> None:
-    _section("LLTM: fused kernel vs plain PyTorch")
+    _section(4, "The LLTM cell: fused C++ kernel against plain PyTorch")
     torch.manual_seed(0)
     batch, features, state = 16, 32, 128
     cell = nn.LLTM(features, state).double()
@@ -75,21 +91,58 @@ def lltm_agreement() -> None:
         print(f"  {name:<13} max |fused - reference| = {(a - b).abs().max().item():.2e}")
 
 
+def lltm_on_types() -> None:
+    _section(5, "The LLTM on typed tensors")
+    torch.manual_seed(0)
+    batch = features = 8
+    state = 16
+    cell = nn.LLTM(features, state)
+    x = torch.randn(batch, features)
+    h, c = torch.zeros(batch, state), torch.zeros(batch, state)
+    plain_h, _ = cell(x, (h, c))
+
+    meta_h, meta_c = cell(MetadataTensor(x, {"sequence": "walk-12", "step": 0}), (h, c))
+    print(f"MetadataTensor input -> {type(meta_h).__name__} outputs with metadata "
+          f"{meta_c.metadata}; values equal the plain call: "
+          f"{torch.equal(meta_h.as_subclass(torch.Tensor), plain_h)}")
+
+    with capture_logs() as logs:
+        log_h, _ = cell(LoggingTensor(x), (h, c))
+        log_h.sum().backward()
+    print(f"LoggingTensor input  -> records {[r.function for r in logs]} "
+          "(the forward is one fused call)")
+
+    d = ScalarTensor(batch, 0.5)  # a batch of one-hot rows scaled by 0.5, never formed
+    scalar_h, _ = cell(d, (h, c))
+    dense_h, _ = cell(d.tensor(), (h, c))
+    print(f"ScalarTensor input (0.5 * I_{batch} as a batch of {batch} one-hot rows) -> "
+          f"equals the dense input: {torch.equal(scalar_h, dense_h)} (fallback)")
+
+
+def coverage_counts() -> None:
+    _section(6, "Override coverage: how each type answers torch's API")
+    total = len(coverage.overridable_functions())
+    print(f"{total} overridable functions (torch.overrides, plus tensortools.ops):")
+    print(f"  {'type':<16} {'handled':>8} {'fallback':>9} {'refused':>8}")
+    for cls in TYPES:
+        c = coverage.report(cls, samples=False).counts()
+        print(f"  {cls.__name__:<16} {c['handled']:>8} {c['fallback']:>9} {c['refused']:>8}")
+    print("checked on PyTorch's own operator samples by python -m tensortools.coverage TYPE "
+          "(docs/coverage.md)")
+
+
 def lltm_timings(quick: bool) -> None:
-    _section("LLTM timings (float32, CPU)")
+    _section(7, "Timings: the LLTM (float32, CPU) and the per-call cost of each type")
     print(f"machine: {bench.machine_summary()}")
     rows = bench.lltm_rows(bench.LLTM_SIZES[:2], compile=not quick,
                            min_run_time=0.1 if quick else 0.2,
                            rounds=2 if quick else 3)
     print(bench.format_table(rows))
-    print("speed-up = reference (eager) median / variant median; "
-          "full benchmarks: python -m tensortools.bench")
-
-
-def dispatch_costs(quick: bool) -> None:
-    _section("Per-call cost of the tensor types (float32, CPU)")
+    print("speed-up = reference (eager) median / variant median")
+    print()
     rows = bench.dispatch_rows(min_run_time=0.05 if quick else 0.2, rounds=1 if quick else 2)
     print(bench.format_dispatch_table(rows))
+    print("full benchmarks: python -m tensortools.bench (docs/performance.md)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,12 +150,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="short timings, without torch.compile")
     args = parser.parse_args(argv)
+    bench.quiet_profiler()
     print(f"tensortools {tensortools.__version__} (torch {torch.__version__}, "
           f"{'with' if tensortools.with_cuda else 'without'} CUDA kernels)")
-    tensor_types()
+    scalar_tensor()
+    metadata_tensor()
+    logging_tensor()
     lltm_agreement()
+    lltm_on_types()
+    coverage_counts()
     lltm_timings(args.quick)
-    dispatch_costs(args.quick)
     return 0
 
 

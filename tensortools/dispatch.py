@@ -40,6 +40,7 @@ from tensortools._settings import temporarily
 
 __all__ = ["POLICIES", "TorchFunctionTable", "TensorLike", "TensorWrapper", "aliases_of"]
 
+#: The policies a class may follow for calls without a handler.
 POLICIES = ("fallback", "strict")
 
 # torch function name -> its Tensor operator forms; True marks a reflected form

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from tensortools import bench, demo
+from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, bench, coverage, demo
 from tensortools.bench.__main__ import main as bench_main
 from tensortools.bench.plot import main as plot_main
 from tensortools.bench.scalar import format_scalar_table, scalar_rows
@@ -70,17 +70,29 @@ def test_scalar_rows_compare_structured_with_dense():
     assert sum(line.endswith("x") for line in table.splitlines()) == 5  # one per dense row
 
 
-def test_demo_shows_agreement(capsys, monkeypatch):
-    # The timings have their own tests above; here only the agreement part is checked.
+def test_demo_tells_the_story(capsys, monkeypatch):
+    # The timings have their own tests above; here the rest of the story is checked.
     monkeypatch.setattr(bench, "lltm_rows", lambda *a, **kw: [])
     monkeypatch.setattr(bench, "dispatch_rows", lambda **kw: [])
     assert demo.main(["--quick"]) == 0
     out = capsys.readouterr().out
+    titles = [line for line in out.splitlines() if line.startswith("== ")]
+    assert [t.split(".")[0] for t in titles] == [f"== {n}" for n in range(1, 8)]
+    # the three types
     assert "d + d    -> ScalarTensor(N=3, value=5.0)" in out
+    assert "exp(d) under the strict policy -> TypeError" in out
     assert "metadata {'units': 'm', 'run': 7}" in out
     assert "torch.tanh" in out and "torch.Tensor.matmul" in out
+    # the LLTM against the reference, then on typed tensors
     diffs = [float(line.rsplit("=", 1)[1]) for line in out.splitlines() if "max |fused" in line]
     assert len(diffs) == 4 and max(diffs) < 1e-12
+    assert "metadata {'sequence': 'walk-12', 'step': 0}; values equal the plain call: True" in out
+    assert "records ['tensortools.ops.lltm'," in out
+    assert "equals the dense input: True" in out
+    # the coverage counts, as the report gives them
+    for cls in (ScalarTensor, MetadataTensor, LoggingTensor):
+        c = coverage.report(cls, samples=False).counts()
+        assert f"{cls.__name__:<16} {c['handled']:>8} {c['fallback']:>9} {c['refused']:>8}" in out
 
 
 def test_dispatch_rows_cover_every_type():

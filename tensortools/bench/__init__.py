@@ -23,11 +23,11 @@ from torch.utils import benchmark
 
 from tensortools import ops, reference
 
-__all__ = ["LLTM_SIZES", "Row", "machine_summary", "kernel_count", "lltm_rows",
-           "format_table", "dispatch_rows", "format_dispatch_table", "ConvBNRow",
+__all__ = ["LLTM_SIZES", "Row", "machine_summary", "quiet_profiler", "kernel_count",
+           "lltm_rows", "format_table", "dispatch_rows", "format_dispatch_table", "ConvBNRow",
            "conv_bn_rows", "format_conv_bn_table"]
 
-# (batch, features, state): the tutorial size, a wider input, and a larger cell.
+#: LLTM sizes (batch, features, state): the tutorial size, a wider input, a larger cell.
 LLTM_SIZES: tuple[tuple[int, int, int], ...] = ((16, 32, 128), (64, 1024, 128),
                                                 (256, 1024, 512))
 PHASES = ("forward", "backward", "forward+backward")
@@ -64,6 +64,7 @@ def _cpu_name() -> str:
 
 
 def machine_summary() -> str:
+    """One line naming the device, the threads and the torch and Python versions."""
     device = (torch.cuda.get_device_name() if torch.cuda.is_available()
               else f"{_cpu_name()} CPU")
     return (f"{device}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
@@ -140,6 +141,12 @@ _NOT_KERNELS = frozenset(f"aten::{name}" for name in (
     "reshape", "_reshape_alias", "alias", "detach", "lift_fresh", "chunk", "split",
     "split_with_sizes", "unbind", "contiguous", "resolve_conj", "resolve_neg", "numpy_T",
     "result_type", "to", "_to_copy_noop"))
+
+
+def quiet_profiler() -> None:
+    """Keep torch.profiler's own progress lines (one per session, on stderr) out of a
+    command's output, unless the user set ``KINETO_LOG_LEVEL``. Entry points call it."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", "99")
 
 
 def kernel_count(fn: Callable[[], object], device: str = "cpu") -> int:

@@ -13,7 +13,7 @@ import torch
 
 from tensortools.bench import (LLTM_SIZES, conv_bn_rows, dispatch_rows, format_conv_bn_table,
                                format_dispatch_table, format_table, lltm_rows,
-                               machine_summary)
+                               machine_summary, quiet_profiler)
 from tensortools.bench.scalar import SCALAR_SIZES, format_scalar_table, scalar_rows
 
 
@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", metavar="PATH",
                         help="also draw the results (PNG, SVG or PDF; needs matplotlib)")
     args = parser.parse_args(argv)
+    quiet_profiler()
 
     machine = machine_summary()
     print(f"machine: {machine}")

@@ -15,6 +15,7 @@ import sys
 import torch
 
 from tensortools import ops
+from tensortools.bench import quiet_profiler
 
 
 def _kernel_times_us(fn, name_part: str, repeats: int) -> list[float]:
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--features", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args(argv)
+    quiet_profiler()
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to measure")
         return 0

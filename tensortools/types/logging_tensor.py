@@ -15,6 +15,7 @@ from tensortools.dispatch import TensorWrapper
 
 __all__ = ["LoggingTensor", "CapturedLogs", "CallStats", "capture_logs", "LOGGER_NAME"]
 
+#: The standard-library logger LoggingTensor records go to.
 LOGGER_NAME = "tensortools.logging"
 _logger = logging.getLogger(LOGGER_NAME)
 
@@ -145,7 +146,9 @@ class _ListHandler(logging.Handler):
 
 @contextlib.contextmanager
 def capture_logs() -> Iterator[CapturedLogs]:
-    """Collect the LoggingTensor records of the block::
+    """Collect the LoggingTensor records of the block.
+
+    Yields a `CapturedLogs` list that fills as the block runs::
 
         with tensortools.capture_logs() as logs:
             y = torch.add(LoggingTensor(x), 1)

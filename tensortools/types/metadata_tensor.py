@@ -13,8 +13,9 @@ from tensortools._native import C as _C
 from tensortools._settings import temporarily
 from tensortools.dispatch import _NO_WRAP, TensorWrapper, _wrap_outputs
 
-__all__ = ["MetadataTensor", "MERGE_POLICIES"]
+__all__ = ["MetadataTensor", "MERGE_POLICIES", "collate"]
 
+#: The named merge policies; a callable taking the list of dicts is accepted too.
 MERGE_POLICIES = ("first", "strict", "union")
 MergePolicy = Union[str, Callable[[list], dict]]
 
