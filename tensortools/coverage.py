@@ -316,7 +316,10 @@ def sample_cases(max_samples: int = 2, dtype: torch.dtype = torch.float32
 def _progress(items: Iterable, total: int | None, desc: str, enabled: bool) -> Iterable:
     if not enabled:
         return items
-    from tqdm import tqdm
+    try:
+        from tqdm import tqdm
+    except ImportError:  # progress bars are a nicety; the report does not need them
+        return items
     return tqdm(items, total=total, desc=desc, file=sys.stderr, leave=False)
 
 

@@ -112,11 +112,12 @@ def lltm_on_types() -> None:
     print(f"LoggingTensor input  -> records {[r.function for r in logs]} "
           "(the forward is one fused call)")
 
-    d = ScalarTensor(batch, 0.5)  # a batch of one-hot rows scaled by 0.5, never formed
+    d = ScalarTensor(batch, 0.5)  # a batch of one-hot rows scaled by 0.5
     scalar_h, _ = cell(d, (h, c))
     dense_h, _ = cell(d.tensor(), (h, c))
     print(f"ScalarTensor input (0.5 * I_{batch} as a batch of {batch} one-hot rows) -> "
-          f"equals the dense input: {torch.equal(scalar_h, dense_h)} (fallback)")
+          f"equals the dense input: {torch.equal(scalar_h, dense_h)} (no lltm handler: the "
+          "fallback forms the dense matrix)")
 
 
 def coverage_counts() -> None:

@@ -4,7 +4,8 @@ Each function here is overridable: when an argument defines ``__torch_function__
 call goes through :func:`torch.overrides.handle_torch_function`, so tensor-like types can
 intercept it. The fake (meta) kernels of the underlying operators are registered next to
 their wrappers, with the argument checks of the C++ kernels, so meta tensors and
-``torch.compile(fullgraph=True)`` get the same errors. The LLTM's autograd is registered
+``torch.compile(fullgraph=True)`` refuse the same calls with the same kinds of error
+(messages naming the argument, worded as each check words it). The LLTM's autograd is registered
 in C++, for the Autograd dispatch key, so its backward runs without a Python layer; the
 small ScalarTensor kernels register theirs here, with differentiable formulas.
 """

@@ -11,6 +11,7 @@ takes minutes) is preceded by ``<!-- skip: next "why" -->``, and the reason is r
 from __future__ import annotations
 
 import doctest
+import logging
 import os
 import re
 import subprocess
@@ -22,6 +23,7 @@ import pytest
 
 from tensortools import (MetadataTensor, ScalarTensor, bench, coverage, dispatch, distributed, nn,
                          ops, reference, types)
+from tensortools.types.logging_tensor import LOGGER_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -53,10 +55,14 @@ def restore_settings():
     merge = MetadataTensor.set_merge_policy("first")
     MetadataTensor.set_merge_policy(merge)
     tracking = MetadataTensor.set_tracking(True)
+    logger = logging.getLogger(LOGGER_NAME)
+    level, handlers = logger.level, list(logger.handlers)
     yield
     ScalarTensor.set_policy(policy)
     MetadataTensor.set_merge_policy(merge)
     MetadataTensor.set_tracking(tracking)
+    logger.setLevel(level)
+    logger.handlers[:] = handlers
 
 
 def _parse(path: Path, path_env: str):
@@ -94,6 +100,9 @@ def test_code_examples_run(path, python_on_path, restore_settings, capsys):
         seen.append(example.line)
         try:
             example.evaluate()
+        except pytest.skip.Exception as why:  # pytest.skip() in a block: not a doc skip
+            failure = f"{_relative(path)}, example at line {example.line} called skip: {why}"
+            break
         except unittest.SkipTest as why:
             skipped.append(f"line {example.line}: {why}")
         except Exception as error:  # noqa: BLE001 (reported below, without the chain)
@@ -118,9 +127,11 @@ def test_fences_are_labelled(path):
     unknown = [f"line {start}: {language!r}" for language, start, _ in _fences(path)
                if language not in LANGUAGES]
     assert not unknown, f"{_relative(path)}: fences {unknown}; use one of {sorted(LANGUAGES)}"
-    # A block left out of the test run says why.
-    silent = re.findall(r"<!--\s*skip:\s*\w+\s*-->", path.read_text())
-    assert not silent, f"{_relative(path)}: skip directives without a reason: {silent}"
+    # A block left out of the test run says why, in a string (sybil evaluates the reason:
+    # anything else could evaluate to false and run the block, or fail obscurely).
+    directives = re.findall(r"<!--\s*skip:.*?-->", path.read_text())
+    unclear = [d for d in directives if not re.fullmatch(r'<!-- skip: next "[^"]+" -->', d)]
+    assert not unclear, f"{_relative(path)}: use <!-- skip: next \"why\" -->, not {unclear}"
 
 
 def test_every_document_is_reachable_from_the_index():
@@ -130,6 +141,34 @@ def test_every_document_is_reachable_from_the_index():
     orphans = [_relative(p) for p in DOCUMENTS[1:]
                if p.name != "index.md" and p.resolve() not in linked]
     assert not orphans, f"docs/index.md links none of {orphans}"
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's anchors for the headings of a Markdown file."""
+    anchors, inside = set(), False
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            inside = not inside
+        elif not inside and re.match(r"#{1,6} ", line):
+            title = line.lstrip("#").strip().lower()
+            anchors.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return anchors
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=_relative)
+def test_links_and_anchors_resolve(path):
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.DOTALL)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+            continue
+        file, _, anchor = target.partition("#")
+        resolved = (path.parent / file).resolve() if file else path
+        if not resolved.exists():
+            broken.append(target)
+        elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+            broken.append(target)
+    assert not broken, f"{_relative(path)}: links that lead nowhere: {broken}"
 
 
 def test_api_reference_builds_without_warnings(tmp_path):
@@ -145,4 +184,6 @@ def test_api_reference_builds_without_warnings(tmp_path):
                types.scalar_tensor, types.metadata_tensor, types.logging_tensor]
     missing = [f"{m.__name__}.{name}" for m in modules for name in m.__all__
                if f'id="{m.__name__}.{name}"' not in html]
+    missing += [f"tensortools.{name}" for name in ("with_cuda",)
+                if f'id="tensortools.{name}"' not in html]
     assert not missing, f"not in the API reference: {missing}"

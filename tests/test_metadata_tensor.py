@@ -59,6 +59,32 @@ def test_compiled_and_python_paths_agree(name):
     assert type(fast) is type(slow) and fast_kinds == slow_kinds
 
 
+class _PythonPath(MetadataTensor):
+    """Takes the Python implementation: it overrides a hook the compiled path replicates."""
+
+    @classmethod
+    def context(cls, func, args, kwargs):
+        return super().context(func, args, kwargs)
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_untracked_calls_agree_on_both_paths(name):
+    # With tracking off the compiled path returns the plain call's result as it is; the
+    # Python path (call_plain) must give the same values and kinds of result.
+    torch.manual_seed(0)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    results = []
+    for cls in (MetadataTensor, _PythonPath):
+        with MetadataTensor.tracking(False):
+            got = CALLS[name](cls(x.clone(), {"src": "x"}), cls(y.clone(), {"src": "y"}))
+        kinds = ["own" if type(t) is cls else type(t) for t in tensors_in(got)]
+        results.append((got, kinds))
+    (fast, fast_kinds), (slow, slow_kinds) = results
+    assert_same_values(fast, slow)
+    assert fast_kinds == slow_kinds
+    assert all(k in ("own", torch.Tensor) for k in fast_kinds)  # nothing newly wrapped
+
+
 def test_compiled_path_edge_cases():
     plain = torch.zeros(3)
     m = MetadataTensor(torch.ones(3), {"k": 1})

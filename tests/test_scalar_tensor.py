@@ -87,6 +87,9 @@ def test_constructor_validation():
         ScalarTensor(2, "1")
     with pytest.raises(ValueError, match="one-element tensor"):
         ScalarTensor(2, torch.ones(2))
+    with pytest.raises(ValueError, match="'value' must not require grad"):
+        ScalarTensor(2, torch.tensor(2.0, requires_grad=True))
+    assert ScalarTensor(2, torch.tensor(2.0, requires_grad=True).detach()).value == 2.0
     d = ScalarTensor(2, torch.tensor(3, dtype=torch.int32))
     assert d.dtype == torch.int32 and d.value == 3
     assert ScalarTensor(2, 1j).dtype.is_complex

@@ -1,6 +1,7 @@
 // MetadataTensor.__torch_function__ in C for the common call: no handler registered, the
 // "fallback" policy, tracking on, the "first" merge policy, and no other overriding type
-// taking part. Such a call costs a plain call plus little: the metadata dict of the first
+// taking part (and, with tracking off, any call without another overriding type: its
+// result is the plain call's). Such a call costs a plain call plus little: the metadata dict of the first
 // MetadataTensor argument is found, the function runs with subclass dispatch disabled (as
 // torch._C.DisableTorchFunctionSubclass does), and a plain Tensor result becomes a
 // MetadataTensor holding a copy of that dict. Every other call, and every result that is
@@ -46,6 +47,33 @@ int class_attr_is(PyObject* cls, PyObject* name, PyObject* expected) {
   return same;
 }
 
+// 1 when every overriding type of the call is cls, a subclass or a parent of it; 0 when
+// another one takes part (Python then hands our instances to it as plain tensors).
+int only_own_types(PyObject* cls, PyObject* types) {
+  if (!PyTuple_Check(types)) return 0;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(types); ++i) {
+    PyObject* t = PyTuple_GET_ITEM(types, i);
+    if (!PyType_Check(t)) return 0;
+    auto* type = reinterpret_cast<PyTypeObject*>(t);
+    auto* klass = reinterpret_cast<PyTypeObject*>(cls);
+    if (!PyType_IsSubtype(type, klass) && !PyType_IsSubtype(klass, type)) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+// 1 when tracking is off and the call is the class's own (no other overriding type, the
+// C path's hooks): it then returns the plain call's result as it is, as the Python path
+// does. 0 when not, -1 on error.
+int untracked_call(PyObject* cls, PyObject* types) {
+  int ok = class_attr_is(cls, s_fast, Py_True);
+  if (ok != 1) return ok;
+  ok = class_attr_is(cls, s_tracking, Py_False);
+  if (ok != 1) return ok;
+  return only_own_types(cls, types);
+}
+
 // 1 when the call can take the fast path, 0 when it must go to Python, -1 on error.
 int fast_path_applies(PyObject* cls, PyObject* func, PyObject* types) {
   int ok = class_attr_is(cls, s_fast, Py_True);
@@ -63,17 +91,7 @@ int fast_path_applies(PyObject* cls, PyObject* func, PyObject* types) {
   if (ok != 0) return ok < 0 ? -1 : 0;
   ok = PySet_Contains(g_no_wrap, func);
   if (ok != 0) return ok < 0 ? -1 : 0;
-  if (!PyTuple_Check(types)) return 0;
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(types); ++i) {
-    PyObject* t = PyTuple_GET_ITEM(types, i);
-    if (!PyType_Check(t)) return 0;
-    auto* type = reinterpret_cast<PyTypeObject*>(t);
-    auto* klass = reinterpret_cast<PyTypeObject*>(cls);
-    if (!PyType_IsSubtype(type, klass) && !PyType_IsSubtype(klass, type)) {
-      return 0;  // another overriding type: Python hands our instances to it as plain ones
-    }
-  }
-  return 1;
+  return only_own_types(cls, types);
 }
 
 // The metadata dict of the first instance of cls among `items` (and in lists and tuples
@@ -115,16 +133,23 @@ PyObject* first_metadata(PyObject* cls, PyObject* const* items, Py_ssize_t n, bo
   return nullptr;
 }
 
-// func(*args, **kwargs) with __torch_function__ of subclasses disabled.
+// func(*args, **kwargs) with __torch_function__ of subclasses disabled (args and kwargs
+// may be null).
 PyObject* call_plain(PyObject* func, PyObject* args, PyObject* kwargs) {
   using at::impl::PythonTorchFunctionTLS;
   using at::impl::TorchFunctionDisabledState;
+  PyObject* empty = nullptr;
+  if (args == nullptr) {
+    args = empty = PyTuple_New(0);
+    if (empty == nullptr) return nullptr;
+  }
   const TorchFunctionDisabledState old = PythonTorchFunctionTLS::get_disabled_state();
   if (old == TorchFunctionDisabledState::ENABLED) {
     PythonTorchFunctionTLS::set_disabled_state(TorchFunctionDisabledState::SUBCLASSES_DISABLED);
   }
   PyObject* result = PyObject_Call(func, args, kwargs);
   PythonTorchFunctionTLS::set_disabled_state(old);
+  Py_XDECREF(empty);
   return result;
 }
 
@@ -175,6 +200,13 @@ PyObject* metadata_torch_function(PyObject* /*module*/, PyObject* const* argv,
       (kwargs != nullptr && !PyDict_Check(kwargs))) {
     return PyObject_VectorcallMethod(s_python_path, argv, argc, nullptr);
   }
+  const int untracked = untracked_call(cls, types);
+  if (untracked < 0) {
+    return nullptr;
+  }
+  if (untracked == 1) {
+    return call_plain(func, args, kwargs);
+  }
   const int fast = fast_path_applies(cls, func, types);
   if (fast < 0) {
     return nullptr;
@@ -206,16 +238,7 @@ PyObject* metadata_torch_function(PyObject* /*module*/, PyObject* const* argv,
     return nullptr;
   }
 
-  PyObject* empty = nullptr;
-  if (args == nullptr) {
-    empty = PyTuple_New(0);
-    if (empty == nullptr) {
-      Py_DECREF(context);
-      return nullptr;
-    }
-  }
-  PyObject* result = call_plain(func, args != nullptr ? args : empty, kwargs);
-  Py_XDECREF(empty);
+  PyObject* result = call_plain(func, args, kwargs);
   if (result == nullptr) {
     Py_DECREF(context);
     return nullptr;

@@ -26,7 +26,7 @@ class LoggingTensor(TensorWrapper):
     Each call is one record on the logger ``"tensortools.logging"`` at level INFO, with
     the attributes ``function`` (qualified name, e.g. ``torch.add``), ``arguments`` (a short
     summary: tensors as type, dtype and shape, never their values) and ``duration``
-    (seconds). Nothing is measured or formatted while no handler listens at INFO.
+    (seconds). Nothing is measured or formatted while the logger is not enabled for INFO.
     Results are LoggingTensors.
 
     ``LoggingTensor(data)``: ``data`` is a tensor (shared, not copied) or anything

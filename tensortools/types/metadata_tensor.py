@@ -140,7 +140,8 @@ class MetadataTensor(TensorWrapper):
     # Compiled (csrc/python/metadata_dispatch.cpp): a call with no handler, under the
     # "fallback" policy, tracking on and the "first" merge policy, among MetadataTensors
     # and plain tensors only, that returns one tensor, costs a plain call plus the copy
-    # of the dict. Everything else goes to _python_torch_function, with the same results.
+    # of the dict; with tracking off, a call among those types is the plain call alone.
+    # Everything else goes to _python_torch_function, with the same results.
     __torch_function__ = classmethod(_C.metadata_torch_function)
 
 

@@ -44,6 +44,9 @@ class ScalarTensor(TensorLike):
             if value.numel() != 1:
                 raise ValueError("ScalarTensor: 'value' must be a number or a one-element "
                                  f"tensor, got shape {tuple(value.shape)}")
+            if value.requires_grad:  # its number is taken: no gradient could reach it
+                raise ValueError("ScalarTensor: 'value' must not require grad; a "
+                                 "ScalarTensor holds a number (pass value.detach())")
             dtype = value.dtype if dtype is None else dtype
             device = value.device if device is None else device
             value = value.item()
