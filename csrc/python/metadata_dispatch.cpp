@@ -1,11 +1,12 @@
 // MetadataTensor.__torch_function__ in C for the common call: no handler registered, the
 // "fallback" policy, tracking on, the "first" merge policy, and no other overriding type
-// taking part (and, with tracking off, any call without another overriding type: its
-// result is the plain call's). Such a call costs a plain call plus little: the metadata dict of the first
+// taking part. Such a call costs a plain call plus little: the metadata dict of the first
 // MetadataTensor argument is found, the function runs with subclass dispatch disabled (as
 // torch._C.DisableTorchFunctionSubclass does), and a plain Tensor result becomes a
-// MetadataTensor holding a copy of that dict. Every other call, and every result that is
-// not a single Tensor, goes to the Python implementation, which stays the reference.
+// MetadataTensor holding a copy of that dict. With tracking off, a call without another
+// overriding type is the plain call alone, its result returned as it is. Every other
+// call, and every result that is not a single Tensor, goes to the Python implementation,
+// which stays the reference.
 #include "metadata_dispatch.h"
 
 #include <ATen/PythonTorchFunctionTLS.h>
