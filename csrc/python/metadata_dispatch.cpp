@@ -64,35 +64,33 @@ int only_own_types(PyObject* cls, PyObject* types) {
   return 1;
 }
 
-// 1 when tracking is off and the call is the class's own (no other overriding type, the
-// C path's hooks): it then returns the plain call's result as it is, as the Python path
-// does. 0 when not, -1 on error.
-int untracked_call(PyObject* cls, PyObject* types) {
-  int ok = class_attr_is(cls, s_fast, Py_True);
-  if (ok != 1) return ok;
-  ok = class_attr_is(cls, s_tracking, Py_False);
-  if (ok != 1) return ok;
-  return only_own_types(cls, types);
-}
+// Which path a call takes: the Python implementation, the compiled tracking path, or,
+// with tracking off, the plain call alone (its result returned as it is, as the Python
+// path does). Each class setting is read once; kError with an exception set.
+enum class Path { kPython, kTracked, kUntracked, kError };
 
-// 1 when the call can take the fast path, 0 when it must go to Python, -1 on error.
-int fast_path_applies(PyObject* cls, PyObject* func, PyObject* types) {
+Path choose_path(PyObject* cls, PyObject* func, PyObject* types) {
+  auto decided = [](int ok) { return ok < 0 ? Path::kError : Path::kPython; };
   int ok = class_attr_is(cls, s_fast, Py_True);
-  if (ok != 1) return ok;
-  ok = class_attr_is(cls, s_tracking, Py_True);
-  if (ok != 1) return ok;
+  if (ok != 1) return decided(ok);
+  PyObject* tracking = class_attr(cls, s_tracking);
+  if (tracking == nullptr) return Path::kError;
+  const int on = PyObject_IsTrue(tracking);  // as the Python path's `if cls._tracking:`
+  Py_DECREF(tracking);
+  if (on < 0) return Path::kError;
+  if (on == 0) return only_own_types(cls, types) == 1 ? Path::kUntracked : Path::kPython;
   ok = class_attr_is(cls, s_policy, s_fallback);
-  if (ok != 1) return ok;
+  if (ok != 1) return decided(ok);
   ok = class_attr_is(cls, s_merge_policy, s_first);
-  if (ok != 1) return ok;
+  if (ok != 1) return decided(ok);
   PyObject* handlers = class_attr(cls, s_handlers);
-  if (handlers == nullptr) return -1;
+  if (handlers == nullptr) return Path::kError;
   ok = PyDict_Check(handlers) ? PyDict_Contains(handlers, func) : 1;
   Py_DECREF(handlers);
-  if (ok != 0) return ok < 0 ? -1 : 0;
+  if (ok != 0) return ok < 0 ? Path::kError : Path::kPython;
   ok = PySet_Contains(g_no_wrap, func);
-  if (ok != 0) return ok < 0 ? -1 : 0;
-  return only_own_types(cls, types);
+  if (ok != 0) return ok < 0 ? Path::kError : Path::kPython;
+  return only_own_types(cls, types) == 1 ? Path::kTracked : Path::kPython;
 }
 
 // The metadata dict of the first instance of cls among `items` (and in lists and tuples
@@ -201,19 +199,15 @@ PyObject* metadata_torch_function(PyObject* /*module*/, PyObject* const* argv,
       (kwargs != nullptr && !PyDict_Check(kwargs))) {
     return PyObject_VectorcallMethod(s_python_path, argv, argc, nullptr);
   }
-  const int untracked = untracked_call(cls, types);
-  if (untracked < 0) {
-    return nullptr;
-  }
-  if (untracked == 1) {
-    return call_plain(func, args, kwargs);
-  }
-  const int fast = fast_path_applies(cls, func, types);
-  if (fast < 0) {
-    return nullptr;
-  }
-  if (fast == 0) {
-    return PyObject_VectorcallMethod(s_python_path, argv, argc, nullptr);  // cls.<name>(...)
+  switch (choose_path(cls, func, types)) {
+    case Path::kError:
+      return nullptr;
+    case Path::kPython:
+      return PyObject_VectorcallMethod(s_python_path, argv, argc, nullptr);  // cls.<name>(...)
+    case Path::kUntracked:
+      return call_plain(func, args, kwargs);
+    case Path::kTracked:
+      break;
   }
 
   bool error = false;
