@@ -1,14 +1,21 @@
-// Argument checks shared by every tensortools entry point (CPU and CUDA alike).
+// Argument checks shared by every tensortools entry point: the CPU, CUDA and meta kernels
+// of an operator call the same check function, so they accept and refuse the same calls.
 //
 // Each check names the operator and the argument and says what was expected and what
 // came. Wrong kinds of tensor (dtype, layout) raise c10::TypeError, which Python sees as
 // TypeError; wrong shapes or devices raise c10::ValueError (Python ValueError).
+//
+// Sizes are read as c10::SymInt (sym_size, sym_sizes), which works on real tensors and on
+// the symbolic-shaped fake tensors torch.compile traces with (a comparison there becomes
+// a guard on the traced shapes).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/SymInt.h>
 #include <c10/util/ArrayRef.h>
 #include <c10/util/Exception.h>
 
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -43,20 +50,21 @@ inline void strided(const char* op, const Arg& a) {
 inline void dim(const char* op, const Arg& a, int64_t expected, const char* meaning) {
   TORCH_CHECK_VALUE(
       a.tensor.dim() == expected, op, ": '", a.name, "' must be ", expected, "-D (", meaning,
-      "), got ", a.tensor.dim(), "-D with shape ", a.tensor.sizes());
+      "), got ", a.tensor.dim(), "-D with shape ", a.tensor.sym_sizes());
 }
 
-inline void shape(const char* op, const Arg& a, at::IntArrayRef expected, const char* meaning) {
+inline void shape(const char* op, const Arg& a, c10::SymIntArrayRef expected,
+                  const char* meaning) {
   TORCH_CHECK_VALUE(
-      a.tensor.sizes() == expected, op, ": '", a.name, "' must have shape ", expected, " (",
-      meaning, "), got ", a.tensor.sizes());
+      a.tensor.sym_sizes() == expected, op, ": '", a.name, "' must have shape ", expected,
+      " (", meaning, "), got ", a.tensor.sym_sizes());
 }
 
 inline void same_size(const char* op, const Arg& a, int64_t dim, const Arg& ref, int64_t ref_dim,
                       const char* meaning) {
-  TORCH_CHECK_VALUE(a.tensor.size(dim) == ref.tensor.size(ref_dim), op, ": '", a.name, "' has ",
-                    meaning, " ", a.tensor.size(dim), " but '", ref.name, "' has ",
-                    ref.tensor.size(ref_dim));
+  TORCH_CHECK_VALUE(a.tensor.sym_size(dim) == ref.tensor.sym_size(ref_dim), op, ": '", a.name,
+                    "' has ", meaning, " ", a.tensor.sym_size(dim), " but '", ref.name,
+                    "' has ", ref.tensor.sym_size(ref_dim));
 }
 
 inline void dtype_in(const char* op, const Arg& a, c10::ArrayRef<at::ScalarType> allowed) {
@@ -100,11 +108,34 @@ inline void common(const char* op, std::initializer_list<Arg> args,
   }
 }
 
+// An optional tensor argument that must match `ref` in dtype and device and have `shape`.
+inline void optional_like(const char* op, const std::optional<at::Tensor>& t, const char* name,
+                          const Arg& ref, c10::SymIntArrayRef shape, const char* meaning) {
+  if (!t.has_value() || !t->defined()) {
+    return;
+  }
+  const Arg a{*t, name};
+  strided(op, a);
+  same_dtype(op, a, ref);
+  same_device(op, a, ref);
+  checks::shape(op, a, shape, meaning);
+}
+
 }  // namespace checks
 
-// The dtypes each backend's kernels accept.
+// The dtypes each backend's floating-point kernels accept.
 inline constexpr at::ScalarType kCpuFloatingTypes[] = {at::kFloat, at::kDouble};
 inline constexpr at::ScalarType kCudaFloatingTypes[] = {at::kFloat, at::kDouble, at::kHalf,
                                                         at::kBFloat16};
+
+// The floating dtypes an operator's kernels accept on `device`. A meta tensor (what
+// torch.compile traces with) stands for a tensor of any device, so it takes the dtypes of
+// every backend: the kernel of the device the call finally runs on refuses the rest.
+inline c10::ArrayRef<at::ScalarType> floating_types_for(const at::Device& device) {
+  if (device.is_cpu()) {
+    return kCpuFloatingTypes;
+  }
+  return kCudaFloatingTypes;
+}
 
 }  // namespace tensortools

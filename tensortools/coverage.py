@@ -20,7 +20,6 @@ import argparse
 import dataclasses
 import importlib
 import json
-import logging
 import sys
 import warnings
 from typing import Any, Callable, Iterable, Iterator
@@ -342,20 +341,14 @@ def report(cls: type, *, samples: bool = True, max_samples: int = 2,
             note = "op_db samples not run: they need the expecttest package"
             samples = False
     if samples and cls in SUBSTITUTES:
-        # Keep LoggingTensor's records of the sweep out of the caller's handlers.
-        logger = logging.getLogger("tensortools.logging")
-        propagate, logger.propagate = logger.propagate, False
-        try:
-            with warnings.catch_warnings():
-                # The ops' own deprecation and beta warnings, once per sample otherwise.
-                warnings.simplefilter("ignore")
-                cases = list(sample_cases(max_samples))
-                for opname, op, inp, args, kwargs in _progress(cases, len(cases), cls.__name__,
-                                                               progress):
-                    _record(entries, cls, op, opname,
-                            check_sample(cls, op, inp, args, kwargs, opname))
-        finally:
-            logger.propagate = propagate
+        with warnings.catch_warnings():
+            # The ops' own deprecation and beta warnings, once per sample otherwise.
+            warnings.simplefilter("ignore")
+            cases = list(sample_cases(max_samples))
+            for opname, op, inp, args, kwargs in _progress(cases, len(cases), cls.__name__,
+                                                           progress):
+                _record(entries, cls, op, opname,
+                        check_sample(cls, op, inp, args, kwargs, opname))
     return CoverageReport(cls.__name__, sorted(entries.values(), key=lambda e: e.name), note)
 
 

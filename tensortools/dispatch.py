@@ -11,15 +11,18 @@ A type derives from :class:`TorchFunctionTable` (or, for ``torch.Tensor`` subcla
     def add(input, other, *, alpha=1, out=None): ...
 
 Registering a torch function also registers its ``Tensor`` method and operator forms
-(``torch.add`` covers ``Tensor.add``, ``Tensor.__add__`` and ``Tensor.__radd__``, the last
-with its operands swapped back) unless ``aliases=False``. Each class has its own table;
+(``torch.add`` covers ``Tensor.add``, ``Tensor.__add__`` and ``Tensor.__radd__``) unless
+``aliases=False``. A reflected operator reaches the handler with the operands in the order
+torch itself computes it: ``1 + t`` as ``torch.add(t, 1)`` (addition, multiplication and
+the bitwise operators are computed ``self op other``), ``1 - t`` as ``torch.sub(1, t)``. Each class has its own table;
 a subclass sees its parents' entries and may override them. A handler may return
 ``NotImplemented`` to decline a particular call (the policy then decides).
 
 Functions without a handler follow the class's policy: ``"fallback"`` runs the torch
 function on plain tensors (and wrapper types re-wrap the results); ``"strict"`` returns
 ``NotImplemented``, so that torch raises a ``TypeError`` naming the function and the
-types once every type involved has declined. When several types override a call,
+types once every type involved has declined. ``set_policy`` sets it for every thread;
+``using_policy`` for the block, in the current thread only. When several types override a call,
 torch's own rules apply: subclasses before superclasses, otherwise left to right, and the
 first result that is not ``NotImplemented`` wins.
 """
@@ -29,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import pickle
 import threading
 from typing import Any, Callable, ClassVar
 
@@ -36,21 +40,24 @@ import torch
 from torch import Tensor
 from torch.overrides import handle_torch_function, has_torch_function
 
-from tensortools._settings import temporarily
+from tensortools._settings import OVERRIDES, ClassSetting
 
-__all__ = ["POLICIES", "TorchFunctionTable", "TensorLike", "TensorWrapper", "aliases_of"]
+__all__ = ["POLICIES", "TorchFunctionTable", "TensorLike", "TensorWrapper", "CannotHoldResult",
+           "aliases_of"]
 
 #: The policies a class may follow for calls without a handler.
 POLICIES = ("fallback", "strict")
 
-# torch function name -> its Tensor operator forms; True marks a reflected form
-# (Tensor.__radd__(self, other) computes torch.add(other, self)).
+# torch function name -> its Tensor operator forms; True marks a form whose operands torch
+# swaps (Tensor.__rsub__(self, other) computes torch.sub(other, self)). torch computes the
+# reflected forms of add, mul and the bitwise operators as self op other (a different
+# order of operands rounds differently for complex numbers), so they swap nothing.
 _OPERATORS: dict[str, tuple[tuple[str, bool], ...]] = {
-    "add": (("__add__", False), ("__radd__", True)),
+    "add": (("__add__", False), ("__radd__", False)),
     "sub": (("__sub__", False), ("__rsub__", True)),
     "subtract": (("__sub__", False), ("__rsub__", True)),
-    "mul": (("__mul__", False), ("__rmul__", True)),
-    "multiply": (("__mul__", False), ("__rmul__", True)),
+    "mul": (("__mul__", False), ("__rmul__", False)),
+    "multiply": (("__mul__", False), ("__rmul__", False)),
     "div": (("__truediv__", False), ("__rtruediv__", True)),
     "divide": (("__truediv__", False), ("__rtruediv__", True)),
     "true_divide": (("__truediv__", False), ("__rtruediv__", True)),
@@ -63,9 +70,9 @@ _OPERATORS: dict[str, tuple[tuple[str, bool], ...]] = {
     "positive": (("__pos__", False),),
     "abs": (("__abs__", False),),
     "bitwise_not": (("__invert__", False),),
-    "bitwise_and": (("__and__", False), ("__rand__", True)),
-    "bitwise_or": (("__or__", False), ("__ror__", True)),
-    "bitwise_xor": (("__xor__", False), ("__rxor__", True)),
+    "bitwise_and": (("__and__", False), ("__rand__", False)),
+    "bitwise_or": (("__or__", False), ("__ror__", False)),
+    "bitwise_xor": (("__xor__", False), ("__rxor__", False)),
     "eq": (("__eq__", False),),
     "ne": (("__ne__", False),),
     "lt": (("__lt__", False),),
@@ -103,13 +110,18 @@ def _swap_operands(handler: Callable) -> Callable:
     return reflected
 
 
+_POLICY = ClassSetting("fallback")
+
+
 class TorchFunctionTable:
     """Base for a type whose ``__torch_function__`` looks calls up in a per-class table.
 
     Subclasses implement :meth:`fallback`, which runs a call that no handler answered.
+    ``cls.policy`` is the policy in force for ``cls`` in the current thread; a class body
+    may set its own (``policy = "strict"``).
     """
 
-    policy: ClassVar[str] = "fallback"
+    policy: ClassVar[str] = _POLICY
     # Handlers registered on this very class, and the merged view (own over inherited)
     # that __torch_function__ reads; the view is rebuilt on every registration.
     _own_handlers: ClassVar[dict[Callable, Callable]] = {}
@@ -118,6 +130,9 @@ class TorchFunctionTable:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        declared = _POLICY.adopt(cls)
+        if declared is not _POLICY:
+            _check_policy(cls, declared)
         with cls._registry_lock:  # a parent may be registering in another thread
             cls._own_handlers = {}
             cls._rebuild_handlers()
@@ -164,18 +179,17 @@ class TorchFunctionTable:
 
     @classmethod
     def set_policy(cls, policy: str) -> str:
-        """Set the policy for functions without a handler; returns the previous one."""
-        if policy not in POLICIES:
-            raise ValueError(f"{cls.__name__}.set_policy: 'policy' must be one of "
-                             f"{POLICIES}, got {policy!r}")
-        previous = cls.policy
-        cls.policy = policy
-        return previous
+        """Set the policy for functions without a handler, for every thread; returns the
+        previous one."""
+        _check_policy(cls, policy)
+        return _POLICY.set(cls, policy)
 
     @classmethod
     def using_policy(cls, policy: str) -> contextlib.AbstractContextManager:
-        """Context manager: ``cls`` follows ``policy`` inside the block."""
-        return temporarily(cls.set_policy, policy)
+        """Context manager: ``cls`` follows ``policy`` inside the block, in the current
+        thread only; on exit the thread sees the policy it saw before."""
+        _check_policy(cls, policy)
+        return _POLICY.override(cls, policy)
 
     @classmethod
     def fallback(cls, func: Callable, types: tuple, args: tuple, kwargs: dict) -> Any:
@@ -201,18 +215,29 @@ class TorchFunctionTable:
             result = handler(*args, **kwargs)
             if result is not NotImplemented:
                 return result
-        if cls.policy == "strict":
+        # (cls.policy, read without the descriptor's call when no context overrides it)
+        policy = cls._global_policy if OVERRIDES.get() is None else cls.policy
+        if policy == "strict":
             return NotImplemented
         return cls.fallback(func, types, args, kwargs)
+
+
+def _check_policy(cls: type, policy: Any) -> None:
+    if policy not in POLICIES:
+        raise ValueError(f"{cls.__name__}: 'policy' must be one of {POLICIES}, got {policy!r}")
 
 
 class TensorLike(TorchFunctionTable):
     """Base for types that stand in for tensors without being ``torch.Tensor``.
 
-    Python operators (``a + b``, ``a @ b``, ``-a``, ``a[i]``, comparisons) and the
-    ``Tensor`` methods and properties the class does not define (``a.sum()``, ``a.T``)
-    go through ``__torch_function__`` as their ``Tensor`` forms (``Tensor.__add__``,
-    ``Tensor.sum``), so they reach the table or the policy like ``torch.*`` calls do.
+    Python operators (``a + b``, ``a @ b``, ``-a``, ``a[i]``, ``a += b``, comparisons),
+    conversions (``bool(a)``, ``float(a)``, iteration) and the ``Tensor`` methods and
+    properties the class does not define (``a.sum()``, ``a.T``) go through
+    ``__torch_function__`` as their ``Tensor`` forms (``Tensor.__add__``, ``Tensor.sum``),
+    so they reach the table or the policy like ``torch.*`` calls do. Binary operators
+    return ``NotImplemented`` where the call raises a ``TypeError`` (but
+    :class:`CannotHoldResult`), as ``torch.Tensor``'s do, so that Python tries the other
+    operand's reflected method.
     """
 
     __hash__ = object.__hash__  # defining __eq__ below would otherwise unset it
@@ -241,18 +266,47 @@ def _call_method(method: Callable, self: TensorLike, *args: Any, **kwargs: Any) 
     return result
 
 
+class CannotHoldResult(TypeError):
+    """An in-place call (or ``out=``) whose result the tensor-like type cannot hold. Unlike
+    other TypeErrors of an operator, it is not turned into NotImplemented: Python would
+    then rebind ``a += b`` to a new object where torch changes ``a`` itself."""
+
+
+# The Tensor dunders a TensorLike forwards through __torch_function__. Binary ones (and
+# their reflected and in-place forms) return NotImplemented where the call raises a
+# TypeError, as torch.Tensor's own do, so that Python tries the other operand's method.
+_BINARY_DUNDERS = frozenset(
+    f"__{prefix}{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow",
+                                   "matmul", "and", "or", "xor", "lshift", "rshift", "div")
+    for prefix in ("", "r", "i")
+    if hasattr(Tensor, f"__{prefix}{op}__")
+) | {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"}
+_OTHER_DUNDERS = ("__neg__", "__pos__", "__abs__", "__invert__", "__getitem__", "__setitem__",
+                  "__bool__", "__int__", "__float__", "__complex__", "__index__", "__iter__",
+                  "__reversed__", "__contains__", "__array__", "__dlpack_device__",
+                  "__nonzero__", "__long__")
+
+
 def _operator(name: str) -> Callable:
     tensor_op = getattr(Tensor, name)
+    binary = name in _BINARY_DUNDERS
 
     def operator(self, *args):
-        return _call_method(tensor_op, self, *args)
+        if not binary:
+            return _call_method(tensor_op, self, *args)
+        try:
+            return _call_method(tensor_op, self, *args)
+        except CannotHoldResult:
+            raise
+        except TypeError:
+            return NotImplemented
 
     operator.__name__ = name
     operator.__qualname__ = f"TensorLike.{name}"
     return operator
 
 
-for _name in sorted({d for forms in _OPERATORS.values() for d, _ in forms} | {"__getitem__"}):
+for _name in sorted(_BINARY_DUNDERS) + list(_OTHER_DUNDERS):
     setattr(TensorLike, _name, _operator(_name))
 
 
@@ -295,6 +349,43 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     def wrap(cls, tensor: Tensor, context: Any) -> Tensor:
         """Turn one plain result tensor into ``cls``."""
         return tensor.as_subclass(cls)
+
+    # -- saving and loading -------------------------------------------------------------
+    # An instance's state is its attributes (__dict__): pickle, copy and torch.save write
+    # them, and loading (also torch.load(weights_only=True)) restores exactly those. An
+    # attribute may be any name a user can set that the class does not define (a crafted
+    # file could otherwise set __class__, or shadow a method); saving refuses the others
+    # up front, so that whatever saves also loads.
+
+    @classmethod
+    def _check_state(cls, state: Any, error: type[Exception]) -> dict:
+        """state as a dict of attributes an instance may hold, or raise `error`."""
+        if not isinstance(state, dict):
+            raise error(f"{cls.__name__}: invalid saved state; expected a dict of "
+                        f"attributes, got {type(state).__name__}")
+        for name in state:
+            if not (isinstance(name, str) and name.isidentifier()) or hasattr(cls, name):
+                raise error(f"{cls.__name__}: invalid saved state; {name!r} is not an "
+                            "attribute an instance may hold (a name the class does not "
+                            "define)")
+        return state
+
+    def __getstate__(self) -> dict:
+        return dict(self._check_state(self.__dict__, pickle.PicklingError))
+
+    def __setstate__(self, state: Any) -> None:
+        if state is None:  # the rebuild step of __reduce_ex__; the state follows
+            return
+        self.__dict__.update(self._check_state(state, pickle.UnpicklingError))
+
+    def __reduce_ex__(self, proto: int) -> tuple:
+        # As torch.Tensor.__reduce_ex__, but with the state as pickle's separate "state"
+        # item, applied once the tensor exists: an attribute that refers back to the
+        # tensor (metadata holding it, say) then loads as that very tensor.
+        state = self.__getstate__()
+        with torch._C.DisableTorchFunctionSubclass():
+            func, args = Tensor._reduce_ex_internal(self, proto)
+        return (torch._tensor._rebuild_from_type_v2, (func, type(self), args, None), state)
 
     def __deepcopy__(self, memo: dict) -> "TensorWrapper":
         # Tensor.__deepcopy__ rebuilds subclasses through new_empty(), which runs with

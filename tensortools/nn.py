@@ -170,19 +170,21 @@ class FusedConvBN2d(torch.nn.Module):
             self.num_batches_tracked.zero_()
 
     def forward(self, input: Tensor) -> Tensor:
+        counting = self.training and self.track_running_stats
         momentum = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats:
-            self.num_batches_tracked.add_(1)
-            if self.momentum is None:
-                momentum = 1.0 / float(self.num_batches_tracked)
+        if counting and self.momentum is None:  # a cumulative average over the batches
+            momentum = 1.0 / (float(self.num_batches_tracked) + 1)
         # Batch statistics in training, and always when no running ones are kept.
         use_batch = self.training or self.running_mean is None
         keep_stats = not self.training or self.track_running_stats
-        return ops.fused_conv_bn2d(
+        out = ops.fused_conv_bn2d(
             input, self.weight, self.running_mean if keep_stats else None,
             self.running_var if keep_stats else None, self.gamma, self.beta,
             stride=self.stride, padding=self.padding, training=use_batch,
             momentum=momentum, eps=self.eps)
+        if counting:  # only a batch the forward accepted counts
+            self.num_batches_tracked.add_(1)
+        return out
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "

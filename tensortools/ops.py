@@ -2,12 +2,13 @@
 
 Each function here is overridable: when an argument defines ``__torch_function__`` the
 call goes through :func:`torch.overrides.handle_torch_function`, so tensor-like types can
-intercept it. The fake (meta) kernels of the underlying operators are registered next to
-their wrappers, with the argument checks of the C++ kernels, so meta tensors and
-``torch.compile(fullgraph=True)`` refuse the same calls with the same kinds of error
-(messages naming the argument, worded as each check words it). The LLTM's autograd is registered
-in C++, for the Autograd dispatch key, so its backward runs without a Python layer; the
-small ScalarTensor kernels register theirs here, with differentiable formulas.
+intercept it. The argument checks and output shapes live once, in C++: the CPU, CUDA and
+meta kernels (the last is what meta tensors and ``torch.compile`` see) call the same
+check and allocation functions, so they accept and refuse the same calls alike. The
+wrappers here check only what C++ cannot see: the Python types of the arguments, and
+layouts that no kernel is registered for. The LLTM's autograd is registered in C++, for
+the Autograd dispatch key, so its backward runs without a Python layer; the other
+operators register theirs here, with differentiable formulas.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ __all__ = ["add_diagonal", "axpby", "fused_conv_bn2d", "graph_conv", "lltm", "sc
 
 
 def _check_tensors(fn_name: str, names: tuple[str, ...], args: tuple) -> None:
+    """Tensors, and strided ones: the operators have kernels for the strided layout only,
+    so a sparse tensor would meet the dispatcher's error, which names no argument."""
     for name, arg in zip(names, args):
         if not isinstance(arg, Tensor):
             raise TypeError(
@@ -58,79 +61,6 @@ def lltm(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
     _check_tensors("lltm", _LLTM_ARGS, args)
     new_h, new_cell, _, _ = torch.ops.tensortools.lltm_forward.default(*args)
     return new_h, new_cell
-
-
-def _expect(ok: bool, error: type[Exception], message) -> None:
-    """``torch._check_type``/``_check_value`` as a plain raise, which ``torch.compile``
-    traces in the Python wrappers as well as in the fake kernels."""
-    if not ok:
-        raise error(message())
-
-
-def _check_fake(op: str, args: dict[str, Tensor], dims: dict[str, int]) -> None:
-    """The argument checks of the C++ kernels, for fake (meta) tensors and tracing:
-    same dtype and device as the first argument, and the given ranks."""
-    first_name, first = next(iter(args.items()))
-    for name, t in args.items():
-        _expect(t.dtype == first.dtype, TypeError, lambda: (
-            f"{op}: '{name}' must have the same dtype as '{first_name}' ({first.dtype}), "
-            f"got {t.dtype}"))
-        _expect(t.device == first.device, ValueError, lambda: (
-            f"{op}: '{name}' must be on the same device as '{first_name}' ({first.device}), "
-            f"got {t.device}"))
-    for name, dim in dims.items():
-        _expect(args[name].dim() == dim, ValueError, lambda: (
-            f"{op}: '{name}' must be {dim}-D, got {args[name].dim()}-D"))
-
-
-def _check_shape(op: str, name: str, t: Tensor, shape: tuple) -> None:
-    _expect(tuple(t.shape) == tuple(shape), ValueError, lambda: (
-        f"{op}: '{name}' must have shape {list(shape)}, got {list(t.shape)}"))
-
-
-def _check_floating(op: str, name: str, t: Tensor) -> None:
-    _expect(t.dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16),
-            TypeError, lambda: f"{op}: '{name}' must have a floating dtype, got {t.dtype}")
-
-
-@torch.library.register_fake("tensortools::lltm_forward")
-def _lltm_forward_fake(input, weights, bias, old_h, old_cell):
-    op = "tensortools.lltm"
-    _check_fake(op, {"input": input, "weights": weights, "bias": bias, "old_h": old_h,
-                     "old_cell": old_cell}, {"input": 2, "old_h": 2})
-    _check_floating(op, "input", input)
-    batch, features = input.shape
-    state = old_h.shape[1]
-    _check_shape(op, "old_h", old_h, (batch, state))
-    _check_shape(op, "old_cell", old_cell, (batch, state))
-    _check_shape(op, "weights", weights, (3 * state, state + features))
-    _check_shape(op, "bias", bias, (3 * state,))
-    return (
-        old_cell.new_empty(batch, state),
-        old_cell.new_empty(batch, state),
-        input.new_empty(batch, 3 * state),
-        input.new_empty(batch, state + features),
-    )
-
-
-@torch.library.register_fake("tensortools::lltm_backward")
-def _lltm_backward_fake(grad_h, grad_cell, new_cell, gates, X, weights):
-    op = "tensortools.lltm_backward"
-    _check_fake(op, {"new_cell": new_cell, "grad_h": grad_h, "grad_cell": grad_cell,
-                     "gates": gates, "X": X, "weights": weights}, {"new_cell": 2, "X": 2})
-    batch, state = new_cell.shape
-    for name, t, shape in (("grad_h", grad_h, (batch, state)),
-                           ("grad_cell", grad_cell, (batch, state)),
-                           ("gates", gates, (batch, 3 * state)),
-                           ("weights", weights, (3 * state, X.shape[1]))):
-        _check_shape(op, name, t, shape)
-    return (
-        X.new_empty(batch, X.shape[1] - state),
-        weights.new_empty(weights.shape),
-        weights.new_empty(weights.shape[0]),
-        X.new_empty(batch, state),
-        new_cell.new_empty(batch, state),
-    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -196,36 +126,6 @@ def _scale_finite(input: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
     return _structured(torch.ops.tensortools.scale_finite.default, input, value)
 
 
-@torch.library.register_fake("tensortools::add_diagonal")
-def _add_diagonal_fake(input, value):
-    _check_fake("tensortools.add_diagonal", {"input": input, "value": value}, {"value": 0})
-    _check_structured_dtype("tensortools.add_diagonal", input)
-    _expect(input.dim() >= 2 and input.shape[-1] == input.shape[-2], ValueError, lambda: (
-        "tensortools.add_diagonal: 'input' must be a square matrix or a batch of them "
-        f"(..., N, N), got shape {list(input.shape)}"))
-    return torch.empty_like(input, memory_format=torch.contiguous_format)
-
-
-@torch.library.register_fake("tensortools::scale")
-def _scale_fake(input, value):
-    _check_fake("tensortools.scale", {"input": input, "value": value}, {"value": 0})
-    _check_structured_dtype("tensortools.scale", input)
-    return torch.empty_like(input, memory_format=torch.contiguous_format)
-
-
-@torch.library.register_fake("tensortools::scale_finite")
-def _scale_finite_fake(input, value):
-    _check_fake("tensortools.scale_finite", {"input": input, "value": value}, {"value": 0})
-    _check_structured_dtype("tensortools.scale_finite", input)
-    return (torch.empty_like(input, memory_format=torch.contiguous_format),
-            input.new_empty((), dtype=torch.bool))
-
-
-def _check_structured_dtype(op: str, input: Tensor) -> None:
-    _expect(not (input.is_complex() or input.dtype == torch.bool), TypeError,
-            lambda: f"{op}: 'input' must have a real, non-bool dtype, got {input.dtype}")
-
-
 def _save_inputs(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
@@ -249,12 +149,12 @@ def _scale_backward(ctx, grad):
     return grad_self, grad_value
 
 
-torch.library.register_autograd("tensortools::add_diagonal", _add_diagonal_backward,
-                                setup_context=_save_value)
 def _scale_finite_backward(ctx, grad, grad_all_finite):
     return _scale_backward(ctx, grad)
 
 
+torch.library.register_autograd("tensortools::add_diagonal", _add_diagonal_backward,
+                                setup_context=_save_value)
 torch.library.register_autograd("tensortools::scale", _scale_backward,
                                 setup_context=_save_inputs)
 torch.library.register_autograd("tensortools::scale_finite", _scale_finite_backward,
@@ -280,16 +180,6 @@ def axpby(x: Tensor, y: Tensor, alpha: float, beta: float) -> Tensor:
     _check_number("axpby", "alpha", alpha)
     _check_number("axpby", "beta", beta)
     return torch.ops.tensortools.axpby.default(x, y, float(alpha), float(beta))
-
-
-@torch.library.register_fake("tensortools::axpby")
-def _axpby_fake(x, y, alpha, beta):
-    _check_fake("tensortools.axpby", {"x": x, "y": y}, {})
-    _check_floating("tensortools.axpby", "x", x)
-    _expect(all(a == b or a == 1 or b == 1 for a, b in zip(reversed(x.shape), reversed(y.shape))),
-            ValueError, lambda: ("tensortools.axpby: 'x' and 'y' must broadcast together, got "
-                                 f"shapes {list(x.shape)} and {list(y.shape)}"))
-    return x.new_empty(torch.broadcast_shapes(x.shape, y.shape))
 
 
 def _axpby_setup(ctx, inputs, output):
@@ -330,22 +220,6 @@ def graph_conv(adj: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None = Non
     if bias is not None:
         _check_tensors("graph_conv", ("bias",), (bias,))
     return torch.ops.tensortools.graph_conv.default(adj, x, weight, bias)
-
-
-@torch.library.register_fake("tensortools::graph_conv")
-def _graph_conv_fake(adj, x, weight, bias):
-    op = "tensortools.graph_conv"
-    tensors = {"x": x, "weight": weight, "adj": adj}
-    if bias is not None:
-        tensors["bias"] = bias
-    _check_fake(op, tensors, {"x": 2, "weight": 2})
-    _check_floating(op, "x", x)
-    nodes = x.shape[0]
-    _check_shape(op, "adj", adj, (nodes, nodes))
-    _check_shape(op, "weight", weight, (x.shape[1], weight.shape[1]))
-    if bias is not None:
-        _check_shape(op, "bias", bias, (weight.shape[1],))
-    return x.new_empty(nodes, weight.shape[1])
 
 
 def _graph_conv_setup(ctx, inputs, output):
@@ -426,103 +300,16 @@ def fused_conv_bn2d(input: Tensor, weight: Tensor, running_mean: Tensor | None =
         if running_mean is None:
             raise ValueError(f"tensortools.ops.{fn}: 'running_mean' and 'running_var' are "
                              "required when not training")
-        return _conv_bn2d_folded(input, weight, running_mean, running_var, gamma, beta,
-                                 stride, padding, eps)
-    if running_mean is not None:
-        _check_conv_bn2d(input, weight, gamma, beta, stride, padding,
-                         {"running_mean": running_mean, "running_var": running_var})
-        for name, t in (("running_mean", running_mean), ("running_var", running_var)):
-            _expect(t.numel() <= 1 or t.stride(0) != 0, ValueError, lambda: (
-                f"tensortools.ops.{fn}: '{name}' is updated in place, so it must not be "
-                "expanded (stride 0); pass a tensor of its own, e.g. .clone()"))
+        return torch.ops.tensortools.conv_bn2d_eval.default(
+            input, weight, running_mean, running_var, gamma, beta, stride, padding, eps)
     out, mean, var = torch.ops.tensortools.conv_bn2d_forward.default(
         input, weight, gamma, beta, stride, padding, eps)
-    count = out.numel() // max(out.shape[1], 1)
-    # As torch.nn.BatchNorm2d: the statistics of one value are no statistics to train on.
-    _expect(count != 1, ValueError, lambda: (
-        f"tensortools.ops.{fn}: training needs more than 1 value per channel, got 'input' "
-        f"of shape {list(input.shape)} giving a 1 x 1 output for a batch of 1"))
-    if running_mean is not None and count > 0:
-        # (1 - momentum) * old + momentum * new, as batch_norm writes it (lerp_ differs for
-        # an infinite old value: Inf + 0.1 * (x - Inf) is NaN)
+    if running_mean is not None:
+        count = out.shape[0] * out.shape[2] * out.shape[3]  # values per channel
         with torch.no_grad():
-            running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
-            # the unbiased variance's factor joins momentum, so a huge variance that
-            # fits does not overflow on the way
-            running_var.mul_(1 - momentum).add_(var.to(running_var.dtype),
-                                                alpha=momentum * count / (count - 1))
+            torch.ops.tensortools.conv_bn2d_update_stats.default(
+                running_mean, running_var, mean, var, momentum, count)
     return out
-
-
-def _conv_bn2d_folded(input, weight, running_mean, running_var, gamma, beta, stride,
-                      padding, eps):
-    """Inference: the running statistics folded into the convolution, one conv2d call."""
-    _expect(input.device.type != "cpu" or input.dtype in (torch.float32, torch.float64),
-            TypeError, lambda: ("tensortools.fused_conv_bn2d: 'input' must have dtype Float "
-                                f"or Double on cpu, got {input.dtype}"))
-    _check_conv_bn2d(input, weight, gamma, beta, stride, padding,
-                     {"running_mean": running_mean, "running_var": running_var})
-    scale = torch.rsqrt(running_var + eps)
-    if gamma is not None:
-        scale = scale * gamma
-    bias = -running_mean * scale
-    if beta is not None:
-        bias = bias + beta
-    return torch.nn.functional.conv2d(input, weight * scale.reshape(-1, 1, 1, 1), bias,
-                                      stride, padding)
-
-
-# Largest stride or padding (as in the C++ checks: the output-size arithmetic stays exact).
-_MAX_GEOMETRY = 2**31 - 1
-
-
-def _check_conv_bn2d(input, weight, gamma, beta, stride, padding, extra=None):
-    """The C++ kernel's argument checks, for fake tensors and the inference path.
-    Returns the output shape."""
-    op = "tensortools.fused_conv_bn2d"
-    per_channel = {k: v for k, v in (("gamma", gamma), ("beta", beta), *(extra or {}).items())
-                   if v is not None}
-    _check_floating(op, "input", input)
-    _check_fake(op, {"input": input, "weight": weight, **per_channel},
-                {"input": 4, "weight": 4})
-    _expect(weight.shape[1] == input.shape[1], ValueError, lambda: (
-        f"{op}: 'weight' has in_channels {weight.shape[1]} but 'input' has "
-        f"{input.shape[1]}"))
-    for name, t in per_channel.items():
-        _check_shape(op, name, t, (weight.shape[0],))
-    for name, pair, minimum in (("stride", stride, 1), ("padding", padding, 0)):
-        _expect(all(minimum <= v <= _MAX_GEOMETRY for v in pair), ValueError, lambda: (
-            f"{op}: '{name}' must be in [{minimum}, {_MAX_GEOMETRY}], got {list(pair)}"))
-    padded = [input.shape[2 + d] + 2 * padding[d] for d in range(2)]
-    _expect(padded[0] >= weight.shape[2] and padded[1] >= weight.shape[3], ValueError,
-            lambda: (f"{op}: the padded input ({padded[0]} x {padded[1]}) is smaller than the "
-                     f"kernel; 'input' has shape {list(input.shape)}, 'weight' "
-                     f"{list(weight.shape)}"))
-    return (input.shape[0], weight.shape[0],
-            *((padded[d] - weight.shape[2 + d]) // stride[d] + 1 for d in range(2)))
-
-
-@torch.library.register_fake("tensortools::conv_bn2d_forward")
-def _conv_bn2d_forward_fake(input, weight, gamma, beta, stride, padding, eps):
-    shape = _check_conv_bn2d(input, weight, gamma, beta, stride, padding)
-    # statistics in float for the half types, which compute in float
-    stats = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
-    return (input.new_empty(shape), weight.new_empty(shape[1], dtype=stats),
-            weight.new_empty(shape[1], dtype=stats))
-
-
-@torch.library.register_fake("tensortools::conv_bn2d_backward")
-def _conv_bn2d_backward_fake(grad_output, input, weight, gamma, mean, var, stride, padding,
-                             eps, output_mask):
-    shape = _check_conv_bn2d(input, weight, gamma, None, stride, padding)
-    for name, t in (("mean", mean), ("var", var)):
-        _check_shape("tensortools.fused_conv_bn2d", name, t, (weight.shape[0],))
-    _check_shape("tensortools.fused_conv_bn2d", "grad_output", grad_output, shape)
-    channels = weight.shape[0]
-    return (input.new_empty(input.shape) if output_mask[0] else None,
-            weight.new_empty(weight.shape) if output_mask[1] else None,
-            weight.new_empty(channels) if output_mask[2] else None,
-            weight.new_empty(channels) if output_mask[2] else None)
 
 
 def _conv_bn2d_setup(ctx, inputs, output):

@@ -8,6 +8,7 @@ import sys
 import torch
 
 import tensortools  # noqa: F401
+from sparse_cases import MALFORMED
 from tensortools import MetadataTensor, ScalarTensor, ops
 
 T = torch.ops.tensortools
@@ -64,7 +65,22 @@ CALLS = {
         2**31, 2**31),
     "MetadataTensor self-referencing metadata": lambda: repr(_cyclic()),
     "MetadataTensor metadata not a dict": lambda: MetadataTensor(f(2), metadata=[1, 2]),
+    "conv_bn raw backward grad on meta": lambda: T.conv_bn2d_backward(
+        f(2, 1, 3, 3, device="meta"), f(2, 1, 4, 4), f(1, 1, 2, 2), None, f(1), f(1), [1, 1],
+        [0, 0], 1e-5, [True, True, True]),
+    "conv_bn zero in channels compiled": lambda: torch.compile(
+        ops.fused_conv_bn2d, backend="aot_eager")(f(2, 0, 4, 4), f(3, 0, 2, 2)),
 }
+# A malformed sparse adjacency, each for graph_conv (and its raw operator): refused.
+SPARSE = {f"graph_conv {name}": (lambda make=make: ops.graph_conv(make(), f(4, 3), f(3, 2)))
+          for name, make in MALFORMED.items()}
+SPARSE |= {f"graph_conv raw {name}": (lambda make=make: T.graph_conv(make(), f(4, 3), f(3, 2),
+                                                                      None))
+           for name, make in MALFORMED.items()}
+CALLS |= SPARSE
+
+
+KINDS = (TypeError, ValueError, NotImplementedError, RuntimeError)
 
 
 def _cyclic():
@@ -80,7 +96,8 @@ if __name__ == "__main__":
             call()
             print("ok", flush=True)
         except Exception as err:
-            print(type(err).__name__, str(err).splitlines()[0][:100] if str(err) else "",
-                  flush=True)
+            # by the kind of error (torch.compile wraps errors in RuntimeError subclasses)
+            kind = next((k.__name__ for k in KINDS if isinstance(err, k)), type(err).__name__)
+            print(kind, str(err).splitlines()[0][:100] if str(err) else "", flush=True)
     print("done", flush=True)
     sys.exit(0)

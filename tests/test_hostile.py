@@ -19,10 +19,14 @@ def test_hostile_calls_do_not_crash_the_process():
     lines = done.stdout.splitlines()
     assert lines[-1] == "done", done.stdout
     outcomes = dict(line.split(": ", 1) for line in lines[:-1])
-    from hostile_calls import CALLS
+    from hostile_calls import CALLS, SPARSE
     assert outcomes.keys() == CALLS.keys()
     for name, outcome in outcomes.items():
         assert outcome.split(" ", 1)[0] in ALLOWED, (name, outcome)
     # the calls that must be refused are
     assert outcomes["conv_bn raw stride 0"].startswith("ValueError")
     assert outcomes["lltm_backward raw mismatched"].startswith("ValueError")
+    assert outcomes["conv_bn raw backward grad on meta"].startswith("ValueError")
+    for name in SPARSE:  # every malformed sparse adjacency is refused, naming it
+        assert outcomes[name].startswith("ValueError") and "'adj'" in outcomes[name], (
+            name, outcomes[name])

@@ -44,6 +44,52 @@ def test_record_contents():
                                                                        dtype=torch.float64))
 
 
+# Calls whose arguments carry data in lists, nested tensors and other objects. Values are
+# drawn so that their decimal text (1234.5678, ...) is unmistakable in a record.
+_DATA = [1234.5678, 8765.4321, 4242.4242]
+
+
+def _calls_with_data(x):
+    values = torch.tensor(_DATA)
+    return {
+        "new_tensor(list)": lambda: x.new_tensor(_DATA),
+        "nested tensors": lambda: torch.stack([x, values, values * 0]),
+        "deeply nested": lambda: torch.add(x, [[[values]]][0][0][0][:4].sum()),
+        "tuple of floats": lambda: x.new_tensor(tuple(_DATA)).index_put_(
+            (torch.tensor([0]),), torch.tensor(_DATA[:1])),
+        "index_put_": lambda: x.clone().index_put_((torch.tensor([0]),), values[:1]),
+        "object argument": lambda: x.new_tensor(range(3)),
+        "a list of lists": lambda: x.new_tensor([[_DATA[0]], [_DATA[1]]]),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_calls_with_data(None)))
+def test_records_hold_no_data(case):
+    x = LoggingTensor(torch.ones(3))
+    with capture_logs() as logs:
+        _calls_with_data(x)[case]()
+    assert logs
+    for record in logs:
+        for value in _DATA:
+            text = record.getMessage()
+            for shown in (str(value), f"{value:.4f}", f"{value:.1f}", str(int(value))):
+                assert shown not in text, (case, text)
+
+
+def test_a_keyboard_interrupt_is_logged_as_raised():
+    class Interrupting(LoggingTensor):
+        pass
+
+    @Interrupting.implements(torch.sin)
+    def _interrupt(x):
+        raise KeyboardInterrupt
+
+    with capture_logs() as logs, pytest.raises(KeyboardInterrupt):
+        torch.sin(Interrupting(torch.ones(1)))
+    assert logs[0].failed == "KeyboardInterrupt"
+    assert "raised KeyboardInterrupt" in logs[0].getMessage()
+
+
 def test_methods_and_operators_are_named():
     x = LoggingTensor(torch.ones(2))
     with capture_logs() as logs:

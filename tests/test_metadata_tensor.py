@@ -286,3 +286,17 @@ def test_constructor_validation():
         MetadataTensor([1.0], metadata=["a"])
     assert MetadataTensor([1.0]).metadata == {}
     assert tensortools.MetadataTensor is MetadataTensor
+
+
+def test_function_transforms_see_values_only():
+    """torch.func's transforms (vmap, grad, ...) take tensors apart below
+    __torch_function__: their results are plain tensors, as the docs say. The metadata of
+    the input is there to put back."""
+    m = MetadataTensor(torch.randn(3, 4), {"k": 1})
+    batched = torch.func.vmap(torch.sin)(m)
+    assert type(batched) is torch.Tensor
+    torch.testing.assert_close(batched, torch.sin(m.as_subclass(torch.Tensor)))
+    grad = torch.func.grad(lambda x: torch.sin(x).sum())(MetadataTensor(torch.ones(3), {"k": 1}))
+    assert type(grad) is torch.Tensor
+    torch.testing.assert_close(grad, torch.cos(torch.ones(3)))
+    assert MetadataTensor(batched, m.metadata).metadata == {"k": 1}

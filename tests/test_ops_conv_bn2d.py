@@ -349,3 +349,29 @@ def test_scalar_tensor_argument_is_refused_clearly():
     # dense 2-D tensor it is not a valid input either.
     with pytest.raises((TypeError, ValueError), match="input|fused_conv_bn2d"):
         ops.fused_conv_bn2d(ScalarTensor(3, 2.0), torch.randn(4, 3, 3, 3))
+
+
+def test_module_counts_only_batches_it_accepted():
+    fused = nn.FusedConvBN2d(3, 4, 3, momentum=None)
+    stats = {k: v.clone() for k, v in fused.state_dict().items()}
+    for bad in (torch.randn(2, 5, 6, 6), torch.randn(1, 3, 3, 3)):  # wrong channels; 1 value
+        with pytest.raises(ValueError):
+            fused(bad)
+    for k, v in fused.state_dict().items():
+        assert torch.equal(v, stats[k]), k  # nothing counted, nothing updated
+    ref = torch.nn.BatchNorm2d(4, momentum=None)  # the cumulative average, batch by batch
+    conv = torch.nn.Conv2d(3, 4, 3, bias=False)
+    conv.weight.data.copy_(fused.weight.data)
+    for _ in range(3):
+        x = torch.randn(2, 3, 6, 6)
+        fused(x)
+        ref(conv(x))
+    assert int(fused.num_batches_tracked) == 3
+    torch.testing.assert_close(fused.running_mean, ref.running_mean)
+    torch.testing.assert_close(fused.running_var, ref.running_var)
+
+
+def test_eval_refuses_negative_eps():
+    fused = nn.FusedConvBN2d(3, 4, 3, eps=-1e-3).eval()
+    with pytest.raises(ValueError, match="'eps' must be >= 0"):
+        fused(torch.randn(2, 3, 6, 6))

@@ -106,22 +106,96 @@ def test_unsafe_metadata_fails_at_load_naming_the_type():
         torch.load(buf, weights_only=True)
 
 
+def _crafted(obj, state):
+    """obj saved with `state` in place of its own: what a crafted file holds."""
+    cls = type(obj)
+    original = cls.__getstate__
+    cls.__getstate__ = lambda self: state
+    try:
+        torch_file, pickle_file = io.BytesIO(), pickle.dumps(obj)
+        torch.save(obj, torch_file)
+    finally:
+        cls.__getstate__ = original
+    torch_file.seek(0)
+    return (lambda: torch.load(torch_file, weights_only=True), lambda: pickle.loads(pickle_file))
+
+
+def _plain(t):
+    return t.as_subclass(torch.Tensor)
+
+
+@pytest.mark.parametrize("make", [lambda: MetadataTensor(torch.ones(2), {"a": 1}),
+                                  lambda: LoggingTensor(torch.ones(2))],
+                         ids=["MetadataTensor", "LoggingTensor"])
+def test_attributes_a_user_sets_round_trip(make):
+    obj = make()
+    obj.note, obj.scale = "x", torch.tensor(2.0)
+    for how, r in _round_trips(obj).items():
+        assert type(r) is type(obj) and r.note == "x" and torch.equal(r.scale, obj.scale), how
+        assert torch.equal(_plain(r), _plain(obj)), how
+
+
+def test_metadata_referring_to_its_own_tensor_round_trips():
+    m = MetadataTensor(torch.arange(3.0), {"k": 1})
+    m.metadata["self"] = m
+    m.metadata["nested"] = [m, {"again": m}]
+    for how, r in _round_trips(m).items():
+        assert r.metadata["self"] is r, how
+        assert r.metadata["nested"][0] is r and r.metadata["nested"][1]["again"] is r, how
+        assert r.metadata["k"] == 1 and torch.equal(_plain(r), _plain(m)), how
+
+
+@pytest.mark.parametrize("make", [lambda: MetadataTensor(torch.ones(2)),
+                                  lambda: LoggingTensor(torch.ones(2))],
+                         ids=["MetadataTensor", "LoggingTensor"])
+@pytest.mark.parametrize("name", ["add", "grad", "data", "policy"])
+def test_attributes_the_class_defines_are_refused_when_saving(make, name):
+    obj = make()
+    obj.__dict__[name] = 1  # shadows a method, a property or a setting
+    with pytest.raises(pickle.PicklingError, match=f"'{name}' is not an attribute"):
+        pickle.dumps(obj)
+    with pytest.raises(pickle.PicklingError, match=f"'{name}' is not an attribute"):
+        torch.save(obj, io.BytesIO())
+
+
 @pytest.mark.parametrize("state,words", [
-    ({"metadata": 5}, "invalid saved state"),
-    ({"metadata": {}, "_merge_policy": "union"}, "invalid saved state"),
+    ({"metadata": 5}, "'metadata' must be a dict"),
+    ({"metadata": {}, "_merge_policy": "union"}, "'_merge_policy' is not an attribute"),
+    ({"metadata": {}, "__class__": LoggingTensor}, "'__class__' is not an attribute"),
+    ({"__dict__": {}}, "'__dict__' is not an attribute"),
+    ({"not an identifier": 1}, "is not an attribute"),
+    (["metadata"], "expected a dict of attributes"),
 ])
 def test_crafted_metadata_tensor_state_is_refused(state, words):
-    m = MetadataTensor(torch.ones(2), {})
-    m.__dict__.clear()
-    m.__dict__.update(state)  # what a crafted file would hold
-    for load in (lambda: _save_load(m), lambda: pickle.loads(pickle.dumps(m))):
+    for load in _crafted(MetadataTensor(torch.ones(2), {}), state):
         with pytest.raises(pickle.UnpicklingError, match=words):
             load()
 
 
+@pytest.mark.parametrize("state,words", [
+    ({"__class__": MetadataTensor}, "'__class__' is not an attribute"),
+    ({"sum": 1}, "'sum' is not an attribute"),
+    ((1, 2), "expected a dict of attributes"),
+])
+def test_crafted_logging_tensor_state_is_refused(state, words):
+    for load in _crafted(LoggingTensor(torch.ones(2)), state):
+        with pytest.raises(pickle.UnpicklingError, match=words):
+            load()
+
+
+def test_a_file_of_the_previous_layout_still_loads():
+    """Files written before the state moved to pickle's own state item carried it inside
+    the rebuild call (as torch.Tensor does)."""
+    m = MetadataTensor(torch.ones(2), {"k": 1})
+    with torch._C.DisableTorchFunctionSubclass():
+        func, args = torch.Tensor._reduce_ex_internal(m, 2)
+    old = torch._tensor._rebuild_from_type_v2(func, MetadataTensor, args, {"metadata": {"k": 1}})
+    assert old.metadata == {"k": 1} and type(old) is MetadataTensor
+
+
 @pytest.mark.parametrize("change", [
     {"N": -1}, {"N": 2.0}, {"_pair": torch.ones(3)}, {"_pair": [1.0, 0.0]},
-    {"_shown": 7.5}, {"_shown": "3"}, {"extra": 1}])
+    {"_pair": torch.tensor([1.5, 2.0])}, {"_shown": 7.5}, {"_shown": "3"}, {"extra": 1}])
 def test_crafted_scalar_tensor_state_is_refused(change):
     d = ScalarTensor(2, 1.5)
     d.__dict__.update(change)

@@ -1,6 +1,9 @@
-// axpby: schema and argument checks. Kernels live in cpu/ and cuda/.
+// axpby: schema, argument checks, output allocation and the meta kernel. The CPU and CUDA
+// kernels live in cpu/ and cuda/.
 #include "axpby.h"
 
+#include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -13,15 +16,33 @@ void check_args(const at::Tensor& x, const at::Tensor& y, c10::ArrayRef<at::Scal
   checks::common("tensortools.axpby", {Arg{x, "x"}, Arg{y, "y"}}, allowed);
   // Trailing dimensions pairwise equal, or one of them 1 (torch's broadcasting rule).
   for (int64_t i = 1; i <= std::min(x.dim(), y.dim()); ++i) {
-    const int64_t a = x.size(-i), b = y.size(-i);
+    const c10::SymInt a = x.sym_size(-i), b = y.sym_size(-i);
     TORCH_CHECK_VALUE(a == b || a == 1 || b == 1,
                       "tensortools.axpby: 'x' and 'y' must broadcast together, got shapes ",
-                      x.sizes(), " and ", y.sizes());
+                      x.sym_sizes(), " and ", y.sym_sizes());
   }
 }
 
+at::Tensor allocate_output(const at::Tensor& x, const at::Tensor& y) {
+  return at::empty_symint(at::infer_size_symdimvector(x.sym_sizes(), y.sym_sizes()),
+                          x.options());
+}
+
+namespace {
+
+at::Tensor axpby_meta(const at::Tensor& x, const at::Tensor& y, const at::Scalar& /*alpha*/,
+                      const at::Scalar& /*beta*/) {
+  check_args(x, y, floating_types_for(x.device()));
+  return allocate_output(x, y);
+}
+
+}  // namespace
 }  // namespace tensortools::axpby
 
 TORCH_LIBRARY_FRAGMENT(tensortools, m) {
   m.def("axpby(Tensor x, Tensor y, Scalar alpha, Scalar beta) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(tensortools, Meta, m) {
+  m.impl("axpby", &tensortools::axpby::axpby_meta);
 }

@@ -1,10 +1,13 @@
-// conv_bn2d: schema, argument checks and the convolution steps every backend shares.
-// Kernels for the statistics and the normalisation live in cpu/ and cuda/.
+// conv_bn2d: schemas, argument checks, output allocation, the convolution steps every
+// backend shares, the meta kernels, and the two operators composed of ATen calls
+// (inference, running-statistics update). The kernels for the statistics and the
+// normalisation live in cpu/ and cuda/.
 #include "conv_bn2d.h"
 
 #include <ATen/ATen.h>
-#include <limits>
 #include <torch/library.h>
+
+#include <limits>
 
 #include "../checks.h"
 
@@ -25,16 +28,52 @@ void check_pair(const char* name, at::IntArrayRef values, int64_t minimum) {
   }
 }
 
-void check_affine(const std::optional<at::Tensor>& t, const char* name, const Arg& input,
-                  int64_t channels) {
-  if (!t.has_value() || !t->defined()) {
-    return;
+// The checks of every operator here: input and weight, the affine parameters, the
+// geometry and eps. Returns the convolution's output shape.
+c10::SymDimVector check_conv_args(const at::Tensor& input, const at::Tensor& weight,
+                                  const std::optional<at::Tensor>& gamma,
+                                  const std::optional<at::Tensor>& beta, at::IntArrayRef stride,
+                                  at::IntArrayRef padding, double eps,
+                                  c10::ArrayRef<at::ScalarType> allowed) {
+  const Arg a_input{input, "input"}, a_weight{weight, "weight"};
+  checks::common(kOp, {a_input, a_weight}, allowed);
+  checks::dim(kOp, a_input, 4, "batch x in_channels x height x width");
+  checks::dim(kOp, a_weight, 4, "out_channels x in_channels x kernel_height x kernel_width");
+  checks::same_size(kOp, a_weight, 1, a_input, 1, "in_channels");
+  // A convolution over no channels is no convolution (torch's conv2d even returns zero
+  // output channels for it); there is nothing to normalise.
+  TORCH_CHECK_VALUE(input.sym_size(1) != 0, kOp,
+                    ": 'input' must have at least one channel, got shape ", input.sym_sizes());
+  const c10::SymInt channels = weight.sym_size(0);
+  checks::optional_like(kOp, gamma, "gamma", a_input, {channels}, "out_channels");
+  checks::optional_like(kOp, beta, "beta", a_input, {channels}, "out_channels");
+  check_pair("stride", stride, 1);
+  check_pair("padding", padding, 0);
+  TORCH_CHECK_VALUE(eps >= 0, kOp, ": 'eps' must be >= 0, got ", eps);
+  const c10::SymInt padded_h = input.sym_size(2) + 2 * padding[0];
+  const c10::SymInt padded_w = input.sym_size(3) + 2 * padding[1];
+  TORCH_CHECK_VALUE(padded_h >= weight.sym_size(2) && padded_w >= weight.sym_size(3), kOp,
+                    ": the padded input (", padded_h, " x ", padded_w,
+                    ") is smaller than the kernel (", weight.sym_size(2), " x ",
+                    weight.sym_size(3), "); 'input' has shape ", input.sym_sizes(),
+                    ", 'weight' ", weight.sym_sizes());
+  return {input.sym_size(0), channels, (padded_h - weight.sym_size(2)) / stride[0] + 1,
+          (padded_w - weight.sym_size(3)) / stride[1] + 1};
+}
+
+// Running statistics: 1-D of one value per output channel, a floating dtype, input's
+// device; updated in place, so not expanded.
+void check_running_stats(const at::Tensor& running_mean, const at::Tensor& running_var,
+                         const at::Tensor& ref, const char* ref_name,
+                         const c10::SymInt& channels) {
+  const Arg a_ref{ref, ref_name};
+  for (const Arg& a : {Arg{running_mean, "running_mean"}, Arg{running_var, "running_var"}}) {
+    checks::defined(kOp, a);
+    checks::strided(kOp, a);
+    checks::dtype_in(kOp, a, kCudaFloatingTypes);
+    checks::same_device(kOp, a, a_ref);
+    checks::shape(kOp, a, {channels}, "out_channels");
   }
-  const Arg a{*t, name};
-  checks::strided(kOp, a);
-  checks::same_dtype(kOp, a, input);
-  checks::same_device(kOp, a, input);
-  checks::shape(kOp, a, {channels}, "out_channels");
 }
 
 }  // namespace
@@ -43,27 +82,18 @@ at::ScalarType stats_dtype(at::ScalarType input) {
   return input == at::kHalf || input == at::kBFloat16 ? at::kFloat : input;
 }
 
-void check_forward_args(const at::Tensor& input, const at::Tensor& weight,
-                        const std::optional<at::Tensor>& gamma,
-                        const std::optional<at::Tensor>& beta, at::IntArrayRef stride,
-                        at::IntArrayRef padding, double eps,
-                        c10::ArrayRef<at::ScalarType> allowed) {
-  const Arg a_input{input, "input"}, a_weight{weight, "weight"};
-  checks::common(kOp, {a_input, a_weight}, allowed);
-  checks::dim(kOp, a_input, 4, "batch x in_channels x height x width");
-  checks::dim(kOp, a_weight, 4, "out_channels x in_channels x kernel_height x kernel_width");
-  checks::same_size(kOp, a_weight, 1, a_input, 1, "in_channels");
-  check_affine(gamma, "gamma", a_input, weight.size(0));
-  check_affine(beta, "beta", a_input, weight.size(0));
-  check_pair("stride", stride, 1);
-  check_pair("padding", padding, 0);
-  TORCH_CHECK_VALUE(eps >= 0, kOp, ": 'eps' must be >= 0, got ", eps);
-  const int64_t padded_h = input.size(2) + 2 * padding[0];
-  const int64_t padded_w = input.size(3) + 2 * padding[1];
-  TORCH_CHECK_VALUE(padded_h >= weight.size(2) && padded_w >= weight.size(3), kOp,
-                    ": the padded input (", padded_h, " x ", padded_w,
-                    ") is smaller than the kernel (", weight.size(2), " x ", weight.size(3),
-                    "); 'input' has shape ", input.sizes(), ", 'weight' ", weight.sizes());
+c10::SymDimVector check_forward_args(const at::Tensor& input, const at::Tensor& weight,
+                                     const std::optional<at::Tensor>& gamma,
+                                     const std::optional<at::Tensor>& beta,
+                                     at::IntArrayRef stride, at::IntArrayRef padding,
+                                     double eps, c10::ArrayRef<at::ScalarType> allowed) {
+  c10::SymDimVector shape =
+      check_conv_args(input, weight, gamma, beta, stride, padding, eps, allowed);
+  // As torch.nn.BatchNorm2d: the statistics of one value are no statistics to train on.
+  TORCH_CHECK_VALUE(shape[0] * shape[2] * shape[3] != 1, kOp,
+                    ": training needs more than 1 value per channel, got 'input' of shape ",
+                    input.sym_sizes(), " giving a 1 x 1 output for a batch of 1");
+  return shape;
 }
 
 void check_backward_args(const at::Tensor& grad_output, const at::Tensor& input,
@@ -71,7 +101,8 @@ void check_backward_args(const at::Tensor& grad_output, const at::Tensor& input,
                          const at::Tensor& mean, const at::Tensor& var, at::IntArrayRef stride,
                          at::IntArrayRef padding, double eps,
                          c10::ArrayRef<at::ScalarType> allowed) {
-  check_forward_args(input, weight, gamma, std::nullopt, stride, padding, eps, allowed);
+  const c10::SymDimVector shape =
+      check_conv_args(input, weight, gamma, std::nullopt, stride, padding, eps, allowed);
   const Arg a_input{input, "input"};
   const Arg a_grad{grad_output, "grad_output"}, a_mean{mean, "mean"}, a_var{var, "var"};
   for (const Arg& a : {a_grad, a_mean, a_var}) {
@@ -85,22 +116,49 @@ void check_backward_args(const at::Tensor& grad_output, const at::Tensor& input,
     TORCH_CHECK_TYPE(a.tensor.scalar_type() == stats, kOp, ": '", a.name, "' must have dtype ",
                      stats, " for 'input' of dtype ", input.scalar_type(), ", got ",
                      a.tensor.scalar_type());
+    checks::shape(kOp, a, {shape[1]}, "out_channels");
   }
-  const int64_t out_channels = weight.size(0);
-  const int64_t height = (input.size(2) + 2 * padding[0] - weight.size(2)) / stride[0] + 1;
-  const int64_t width = (input.size(3) + 2 * padding[1] - weight.size(3)) / stride[1] + 1;
-  checks::shape(kOp, a_grad, {input.size(0), out_channels, height, width},
-                "the shape of the output");
-  checks::shape(kOp, a_mean, {out_channels}, "out_channels");
-  checks::shape(kOp, a_var, {out_channels}, "out_channels");
+  checks::shape(kOp, a_grad, shape, "the shape of the output");
+}
+
+at::Tensor allocate_stats(const at::Tensor& input, const c10::SymInt& channels) {
+  return at::empty_symint({channels}, input.options().dtype(stats_dtype(input.scalar_type())));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> allocate_forward(const at::Tensor& input,
+                                                                const at::Tensor& weight,
+                                                                c10::SymIntArrayRef shape) {
+  return {at::empty_symint(shape, input.options()), allocate_stats(input, shape[1]),
+          allocate_stats(input, shape[1])};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> allocate_backward(
+    const at::Tensor& input, const at::Tensor& weight, std::array<bool, 3> output_mask) {
+  const auto options = input.options();
+  const c10::SymInt channels = weight.sym_size(0);
+  at::Tensor grad_input, grad_weight, grad_gamma, grad_beta;
+  if (output_mask[0]) {
+    grad_input = at::empty_symint(input.sym_sizes(), options);
+  }
+  if (output_mask[1]) {
+    grad_weight = at::empty_symint(weight.sym_sizes(), options);
+  }
+  if (output_mask[2]) {
+    grad_gamma = at::empty_symint({channels}, options);
+    grad_beta = at::empty_symint({channels}, options);
+  }
+  return {grad_input, grad_weight, grad_gamma, grad_beta};
 }
 
 at::Tensor convolve(const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef stride,
-                    at::IntArrayRef padding) {
-  return at::convolution(input, weight, /*bias=*/std::nullopt, stride, padding,
-                         /*dilation=*/{1, 1}, /*transposed=*/false, /*output_padding=*/{0, 0},
-                         /*groups=*/1)
-      .contiguous();
+                    at::IntArrayRef padding, c10::SymIntArrayRef shape) {
+  at::Tensor z = at::convolution(input, weight, /*bias=*/std::nullopt, stride, padding,
+                                 /*dilation=*/{1, 1}, /*transposed=*/false,
+                                 /*output_padding=*/{0, 0}, /*groups=*/1)
+                     .contiguous();
+  TORCH_INTERNAL_ASSERT(z.sym_sizes() == shape, kOp, ": the convolution gave shape ",
+                        z.sizes(), " where ", shape, " was expected");
+  return z;
 }
 
 std::tuple<at::Tensor, at::Tensor> convolve_backward(const at::Tensor& grad_z,
@@ -116,9 +174,96 @@ std::tuple<at::Tensor, at::Tensor> convolve_backward(const at::Tensor& grad_z,
                                         stride, padding, /*dilation=*/{1, 1},
                                         /*transposed=*/false, /*output_padding=*/{0, 0},
                                         /*groups=*/1, {mask[0], mask[1], false});
-  return {std::get<0>(grads), std::get<1>(grads)};
+  // The convolution's own layout choices (channels_last for a channels_last input, say)
+  // differ by backend; the operator's gradients are contiguous everywhere.
+  const auto contiguous = [](const at::Tensor& t) { return t.defined() ? t.contiguous() : t; };
+  return {contiguous(std::get<0>(grads)), contiguous(std::get<1>(grads))};
 }
 
+namespace {
+
+// The meta kernels: the checks and output allocation of the CPU and CUDA kernels, no maths.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_bn2d_forward_meta(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& gamma,
+    const std::optional<at::Tensor>& beta, at::IntArrayRef stride, at::IntArrayRef padding,
+    double eps) {
+  const c10::SymDimVector shape = check_forward_args(
+      input, weight, gamma, beta, stride, padding, eps, floating_types_for(input.device()));
+  return allocate_forward(input, weight, shape);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv_bn2d_backward_meta(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    const std::optional<at::Tensor>& gamma, const at::Tensor& mean, const at::Tensor& var,
+    at::IntArrayRef stride, at::IntArrayRef padding, double eps,
+    std::array<bool, 3> output_mask) {
+  check_backward_args(grad_output, input, weight, gamma, mean, var, stride, padding, eps,
+                      floating_types_for(input.device()));
+  return allocate_backward(input, weight, output_mask);
+}
+
+// Inference: batch_norm(conv2d(input, weight), running statistics) as one conv2d with the
+// statistics folded into its weight and bias. Made of ATen calls, so autograd, every
+// device and torch.compile (which sees the ATen calls) work through them.
+at::Tensor conv_bn2d_eval(const at::Tensor& input, const at::Tensor& weight,
+                          const at::Tensor& running_mean, const at::Tensor& running_var,
+                          const std::optional<at::Tensor>& gamma,
+                          const std::optional<at::Tensor>& beta, at::IntArrayRef stride,
+                          at::IntArrayRef padding, double eps) {
+  check_conv_args(input, weight, gamma, beta, stride, padding, eps,
+                  floating_types_for(input.device()));
+  check_running_stats(running_mean, running_var, input, "input", weight.sym_size(0));
+  // The folding computes in the wider of the statistics' and the input's dtypes.
+  const at::ScalarType dtype = at::promote_types(running_var.scalar_type(), input.scalar_type());
+  at::Tensor scale = at::rsqrt(running_var.to(dtype) + eps);
+  if (gamma.has_value() && gamma->defined()) {
+    scale = scale * gamma->to(dtype);
+  }
+  at::Tensor bias = -running_mean.to(dtype) * scale;
+  if (beta.has_value() && beta->defined()) {
+    bias = bias + beta->to(dtype);
+  }
+  const at::Tensor folded = weight.to(dtype) * scale.reshape({-1, 1, 1, 1});
+  // In input's memory format on every device (ATen's own meta conv2d gives a contiguous
+  // result where its CPU and CUDA kernels keep channels_last).
+  return at::conv2d(input, folded.to(input.scalar_type()), bias.to(input.scalar_type()), stride,
+                    padding)
+      .contiguous(input.suggest_memory_format());
+}
+
+// running = (1 - momentum) * running + momentum * batch statistic, as batch_norm writes it
+// (lerp_ differs for an infinite running value: Inf + 0.1 * (x - Inf) is NaN). The
+// unbiased variance's factor count / (count - 1) joins momentum, so a huge variance that
+// fits does not overflow on the way.
+void conv_bn2d_update_stats(const at::Tensor& running_mean, const at::Tensor& running_var,
+                            const at::Tensor& mean, const at::Tensor& var, double momentum,
+                            c10::SymInt count) {
+  const Arg a_mean{mean, "mean"}, a_var{var, "var"};
+  for (const Arg& a : {a_mean, a_var}) {
+    checks::defined(kOp, a);
+    checks::strided(kOp, a);
+    checks::dim(kOp, a, 1, "out_channels");
+  }
+  checks::same_device(kOp, a_var, a_mean);
+  check_running_stats(running_mean, running_var, mean, "mean", mean.sym_size(0));
+  for (const Arg& a : {Arg{running_mean, "running_mean"}, Arg{running_var, "running_var"}}) {
+    TORCH_CHECK_VALUE(a.tensor.sym_numel() <= 1 || a.tensor.sym_stride(0) != 0, kOp, ": '",
+                      a.name, "' is updated in place, so it must not be expanded (stride 0); "
+                      "pass a tensor of its own, e.g. .clone()");
+  }
+  TORCH_CHECK_VALUE(count >= 0 && count != 1, kOp,
+                    ": the running statistics need a batch of more than one value per "
+                    "channel, got ", count);
+  if (count == 0) {
+    return;  // an empty batch has no statistics to learn from
+  }
+  const auto n = static_cast<double>(count.guard_int(__FILE__, __LINE__));
+  const double factor = momentum * n / (n - 1);
+  running_mean.mul_(1 - momentum).add_(mean.to(running_mean.scalar_type()), momentum);
+  running_var.mul_(1 - momentum).add_(var.to(running_var.scalar_type()), factor);
+}
+
+}  // namespace
 }  // namespace tensortools::conv_bn2d
 
 TORCH_LIBRARY_FRAGMENT(tensortools, m) {
@@ -129,4 +274,23 @@ TORCH_LIBRARY_FRAGMENT(tensortools, m) {
       "conv_bn2d_backward(Tensor grad_output, Tensor input, Tensor weight, Tensor? gamma, "
       "Tensor mean, Tensor var, int[2] stride, int[2] padding, float eps, bool[3] output_mask) "
       "-> (Tensor grad_input, Tensor grad_weight, Tensor grad_gamma, Tensor grad_beta)");
+  m.def(
+      "conv_bn2d_eval(Tensor input, Tensor weight, Tensor running_mean, Tensor running_var, "
+      "Tensor? gamma, Tensor? beta, int[2] stride, int[2] padding, float eps) -> Tensor");
+  m.def(
+      "conv_bn2d_update_stats(Tensor(a!) running_mean, Tensor(b!) running_var, Tensor mean, "
+      "Tensor var, float momentum, SymInt count) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(tensortools, Meta, m) {
+  m.impl("conv_bn2d_forward", &tensortools::conv_bn2d::conv_bn2d_forward_meta);
+  m.impl("conv_bn2d_backward", &tensortools::conv_bn2d::conv_bn2d_backward_meta);
+}
+
+TORCH_LIBRARY_IMPL(tensortools, CompositeImplicitAutograd, m) {
+  m.impl("conv_bn2d_eval", &tensortools::conv_bn2d::conv_bn2d_eval);
+}
+
+TORCH_LIBRARY_IMPL(tensortools, CompositeExplicitAutograd, m) {
+  m.impl("conv_bn2d_update_stats", &tensortools::conv_bn2d::conv_bn2d_update_stats);
 }

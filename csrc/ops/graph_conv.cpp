@@ -1,4 +1,7 @@
-// graph_conv: schema and argument checks. Kernels live in cpu/.
+// graph_conv: schema, argument checks and its one kernel. The kernel is two ATen matrix
+// products (sparse-aware for adj, cuBLAS/cuSPARSE on CUDA) in the cheaper order, so one
+// registration (CompositeExplicitAutograd: every backend, sparse layouts and meta) serves
+// every device; its autograd formula is registered in Python (tensortools/ops.py).
 #include "graph_conv.h"
 
 #include <ATen/ATen.h>
@@ -7,40 +10,59 @@
 #include "../checks.h"
 
 namespace tensortools::graph_conv {
+namespace {
 
-void check_args(const at::Tensor& adj, const at::Tensor& x, const at::Tensor& weight,
-                const std::optional<at::Tensor>& bias, c10::ArrayRef<at::ScalarType> allowed) {
-  constexpr const char* op = "tensortools.graph_conv";
-  const Arg a_adj{adj, "adj"}, a_x{x, "x"}, a_weight{weight, "weight"};
-  checks::common(op, {a_x, a_weight}, allowed);
-  checks::defined(op, a_adj);
-  TORCH_CHECK_TYPE(adj.layout() == at::kStrided || adj.layout() == at::kSparse ||
-                       adj.layout() == at::kSparseCsr,
-                   op, ": 'adj' must be dense, sparse COO or sparse CSR, got layout ",
-                   adj.layout());
-  checks::same_dtype(op, a_adj, a_x);
-  checks::same_device(op, a_adj, a_x);
-  checks::dim(op, a_x, 2, "nodes x in_features");
-  checks::dim(op, a_weight, 2, "in_features x out_features");
-  const int64_t N = x.size(0), F_in = x.size(1), F_out = weight.size(1);
-  checks::shape(op, a_adj, {N, N}, "nodes x nodes");
-  checks::same_size(op, a_weight, 0, a_x, 1, "in_features");
-  if (bias.has_value() && bias->defined()) {
-    const Arg a_bias{*bias, "bias"};
-    checks::strided(op, a_bias);
-    checks::same_dtype(op, a_bias, a_x);
-    checks::same_device(op, a_bias, a_x);
-    checks::shape(op, a_bias, {F_out}, "out_features");
+constexpr const char* kOp = "tensortools.graph_conv";
+
+// A sparse adj's invariants, as torch checks them when a sparse tensor is built with
+// check_invariants=True: O(nnz), small beside the products.
+void check_sparse_indices(const at::Tensor& adj) {
+  if (adj.layout() == at::kStrided || adj.is_meta()) {
+    return;  // meta tensors have no indices to read
   }
-  (void)F_in;
+  try {
+    if (adj.layout() == at::kSparse) {
+      at::_validate_sparse_coo_tensor_args(adj._indices(), adj._values(), adj.sizes());
+    } else {
+      at::_validate_sparse_csr_tensor_args(adj.crow_indices(), adj.col_indices(), adj.values(),
+                                           adj.sizes());
+    }
+  } catch (const c10::Error& err) {
+    TORCH_CHECK_VALUE(false, kOp, ": 'adj' is not a valid sparse ",
+                      adj.layout() == at::kSparse ? "COO" : "CSR",
+                      " tensor: ", err.what_without_backtrace());
+  }
 }
 
+}  // namespace
+
+void check_args(const at::Tensor& adj, const at::Tensor& x, const at::Tensor& weight,
+                const std::optional<at::Tensor>& bias) {
+  const Arg a_adj{adj, "adj"}, a_x{x, "x"}, a_weight{weight, "weight"};
+  checks::common(kOp, {a_x, a_weight}, floating_types_for(x.device()));
+  checks::defined(kOp, a_adj);
+  TORCH_CHECK_TYPE(adj.layout() == at::kStrided || adj.layout() == at::kSparse ||
+                       adj.layout() == at::kSparseCsr,
+                   kOp, ": 'adj' must be dense, sparse COO or sparse CSR, got layout ",
+                   adj.layout());
+  checks::same_dtype(kOp, a_adj, a_x);
+  checks::same_device(kOp, a_adj, a_x);
+  checks::dim(kOp, a_x, 2, "nodes x in_features");
+  checks::dim(kOp, a_weight, 2, "in_features x out_features");
+  const c10::SymInt N = x.sym_size(0);
+  checks::shape(kOp, a_adj, {N, N}, "nodes x nodes");
+  checks::same_size(kOp, a_weight, 0, a_x, 1, "in_features");
+  checks::optional_like(kOp, bias, "bias", a_x, {weight.sym_size(1)}, "out_features");
+  check_sparse_indices(adj);
+}
+
+namespace {
+
 at::Tensor graph_conv(const at::Tensor& adj, const at::Tensor& x, const at::Tensor& weight,
-                      const std::optional<at::Tensor>& bias,
-                      c10::ArrayRef<at::ScalarType> allowed) {
-  check_args(adj, x, weight, bias, allowed);
+                      const std::optional<at::Tensor>& bias) {
+  check_args(adj, x, weight, bias);
   const bool has_bias = bias.has_value() && bias->defined();
-  if (adj_first(x.size(1), weight.size(1))) {
+  if (adj_first(x.sym_size(1), weight.sym_size(1))) {
     const at::Tensor ax = at::mm(adj, x);  // sparse @ dense gives dense
     return has_bias ? at::addmm(*bias, ax, weight) : at::mm(ax, weight);
   }
@@ -48,8 +70,13 @@ at::Tensor graph_conv(const at::Tensor& adj, const at::Tensor& x, const at::Tens
   return has_bias ? out.add_(*bias) : out;
 }
 
+}  // namespace
 }  // namespace tensortools::graph_conv
 
 TORCH_LIBRARY_FRAGMENT(tensortools, m) {
   m.def("graph_conv(Tensor adj, Tensor x, Tensor weight, Tensor? bias) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(tensortools, CompositeExplicitAutograd, m) {
+  m.impl("graph_conv", &tensortools::graph_conv::graph_conv);
 }

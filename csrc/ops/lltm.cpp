@@ -1,4 +1,5 @@
-// LLTM: operator schemas and argument checks. Kernels live in cpu/ and cuda/.
+// LLTM: operator schemas, argument checks, output allocation and the meta kernels.
+// The CPU and CUDA kernels live in cpu/ and cuda/.
 #include "lltm.h"
 
 #include <ATen/ATen.h>
@@ -32,45 +33,58 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_back
   return op.call(grad_h, grad_cell, new_cell, gates, X, weights);
 }
 
+ForwardOutputs allocate_forward(const at::Tensor& input, const at::Tensor& old_h) {
+  const c10::SymInt B = input.sym_size(0), F = input.sym_size(1), S = old_h.sym_size(1);
+  const auto options = input.options();
+  return {at::empty_symint({B, S}, options), at::empty_symint({B, S}, options),
+          at::empty_symint({B, 3 * S}, options), at::empty_symint({B, S + F}, options)};
+}
+
+BackwardOutputs allocate_backward(const at::Tensor& new_cell, const at::Tensor& X) {
+  const c10::SymInt B = new_cell.sym_size(0), S = new_cell.sym_size(1);
+  const c10::SymInt F = X.sym_size(1) - S;
+  const auto options = X.options();
+  return {at::empty_symint({B, F}, options), at::empty_symint({3 * S, S + F}, options),
+          at::empty_symint({3 * S}, options), at::empty_symint({B, S}, options),
+          at::empty_symint({B, S}, options)};
+}
+
 ForwardBuffers forward_buffers(const at::Tensor& input, const at::Tensor& weights,
                                const at::Tensor& bias, const at::Tensor& old_h,
                                const at::Tensor& old_cell) {
-  // cat and addmm accept any strides and produce contiguous results; only old_cell is
-  // read directly by the pointwise pass.
-  const int64_t B = input.size(0), S = old_h.size(1);
+  // cat and addmm read any strides; only old_cell is read directly by the pointwise pass.
   ForwardBuffers out;
-  out.X = at::cat({old_h, input}, /*dim=*/1);
-  out.gates = at::addmm(bias, out.X, weights.t());
+  std::tie(out.new_h, out.new_cell, out.gates, out.X) = allocate_forward(input, old_h);
+  at::cat_out(out.X, {old_h, input}, /*dim=*/1);
+  at::addmm_out(out.gates, bias, out.X, weights.t());
   out.old_cell = old_cell.contiguous();
-  out.new_h = at::empty({B, S}, out.old_cell.options());
-  out.new_cell = at::empty({B, S}, out.old_cell.options());
   return out;
 }
 
 BackwardBuffers backward_buffers(const at::Tensor& grad_h, const at::Tensor& grad_cell,
-                                 const at::Tensor& new_cell, const at::Tensor& gates) {
-  const int64_t B = new_cell.size(0), S = new_cell.size(1);
-  BackwardBuffers out{grad_h.contiguous(), grad_cell.contiguous(), new_cell.contiguous(),
-                      gates.contiguous(), {}, {}};
-  out.d_gates = at::empty({B, 3 * S}, out.gates.options());
-  out.d_old_cell = at::empty({B, S}, out.gates.options());
+                                 const at::Tensor& new_cell, const at::Tensor& gates,
+                                 const at::Tensor& X) {
+  BackwardBuffers out;
+  out.grad_h = grad_h.contiguous();
+  out.grad_cell = grad_cell.contiguous();
+  out.new_cell = new_cell.contiguous();
+  out.gates = gates.contiguous();
+  out.d_gates = at::empty(gates.sizes(), out.gates.options());
+  std::tie(out.d_input, out.d_weights, out.d_bias, out.d_old_h, out.d_old_cell) =
+      allocate_backward(new_cell, X);
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_products(
-    const at::Tensor& d_gates, const at::Tensor& X, const at::Tensor& weights, int64_t S) {
+void backward_products(BackwardBuffers& buf, const at::Tensor& X, const at::Tensor& weights) {
   // X = [old_h | input], so d_X = d_gates @ weights splits by the column blocks of
   // weights: each block's product is written straight into its own contiguous result
   // (the matrix-product libraries read a column block through its stride), which saves
   // forming d_X and copying its halves out.
-  const int64_t B = d_gates.size(0), F = X.size(1) - S;
-  at::Tensor d_weights = at::mm(d_gates.t(), X);
-  at::Tensor d_bias = d_gates.sum(/*dim=*/0);
-  at::Tensor d_old_h = at::empty({B, S}, d_gates.options());
-  at::Tensor d_input = at::empty({B, F}, d_gates.options());
-  at::mm_out(d_old_h, d_gates, weights.narrow(1, 0, S));
-  at::mm_out(d_input, d_gates, weights.narrow(1, S, F));
-  return {d_input, d_weights, d_bias, d_old_h};
+  const int64_t S = buf.d_old_h.size(1), F = buf.d_input.size(1);
+  at::mm_out(buf.d_weights, buf.d_gates.t(), X);
+  at::sum_out(buf.d_bias, buf.d_gates, /*dim=*/0);
+  at::mm_out(buf.d_old_h, buf.d_gates, weights.narrow(1, 0, S));
+  at::mm_out(buf.d_input, buf.d_gates, weights.narrow(1, S, F));
 }
 
 void check_forward_args(const at::Tensor& input, const at::Tensor& weights,
@@ -81,7 +95,7 @@ void check_forward_args(const at::Tensor& input, const at::Tensor& weights,
   checks::common(kForward, {a_input, a_weights, a_bias, a_old_h, a_old_cell}, allowed);
   checks::dim(kForward, a_input, 2, "batch x features");
   checks::dim(kForward, a_old_h, 2, "batch x state_size");
-  const int64_t B = input.size(0), F = input.size(1), S = old_h.size(1);
+  const c10::SymInt B = input.sym_size(0), F = input.sym_size(1), S = old_h.sym_size(1);
   checks::same_size(kForward, a_old_h, 0, a_input, 0, "batch size");
   checks::shape(kForward, a_old_cell, {B, S}, "batch x state_size");
   checks::shape(kForward, a_weights, {3 * S, S + F},
@@ -100,7 +114,7 @@ void check_backward_args(const at::Tensor& grad_h, const at::Tensor& grad_cell,
                  allowed);
   checks::dim(kBackward, a_new_cell, 2, "batch x state_size");
   checks::dim(kBackward, a_X, 2, "batch x (state_size + features)");
-  const int64_t B = new_cell.size(0), S = new_cell.size(1), SF = X.size(1);
+  const c10::SymInt B = new_cell.sym_size(0), S = new_cell.sym_size(1), SF = X.sym_size(1);
   checks::shape(kBackward, a_grad_h, {B, S}, "batch x state_size");
   checks::shape(kBackward, a_grad_cell, {B, S}, "batch x state_size");
   checks::shape(kBackward, a_gates, {B, 3 * S}, "batch x 3*state_size");
@@ -110,7 +124,32 @@ void check_backward_args(const at::Tensor& grad_h, const at::Tensor& grad_cell,
                     ") columns, got ", SF);
 }
 
+namespace {
+
+// The meta kernels (what torch.compile and meta tensors see): the same checks and the same
+// output allocation as the CPU and CUDA kernels, and no computation.
+ForwardOutputs lltm_forward_meta(const at::Tensor& input, const at::Tensor& weights,
+                                 const at::Tensor& bias, const at::Tensor& old_h,
+                                 const at::Tensor& old_cell) {
+  check_forward_args(input, weights, bias, old_h, old_cell, floating_types_for(input.device()));
+  return allocate_forward(input, old_h);
+}
+
+BackwardOutputs lltm_backward_meta(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                                   const at::Tensor& new_cell, const at::Tensor& gates,
+                                   const at::Tensor& X, const at::Tensor& weights) {
+  check_backward_args(grad_h, grad_cell, new_cell, gates, X, weights,
+                      floating_types_for(new_cell.device()));
+  return allocate_backward(new_cell, X);
+}
+
+}  // namespace
 }  // namespace tensortools::lltm
+
+TORCH_LIBRARY_IMPL(tensortools, Meta, m) {
+  m.impl("lltm_forward", &tensortools::lltm::lltm_forward_meta);
+  m.impl("lltm_backward", &tensortools::lltm::lltm_backward_meta);
+}
 
 TORCH_LIBRARY_FRAGMENT(tensortools, m) {
   m.def(

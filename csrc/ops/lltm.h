@@ -23,9 +23,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_back
     const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
     const at::Tensor& gates, const at::Tensor& X, const at::Tensor& weights);
 
-// Where every backend's forward kernel starts: X = [old_h | input], the pre-activation
-// gates X @ weights.T + bias (B×3S, ATen's matrix product), old_cell made contiguous, and
-// the two outputs to fill.
+// The operators' outputs, allocated here for every backend's kernel and the meta kernel
+// alike, so that their shapes, dtypes and strides cannot differ: (new_h, new_cell, gates,
+// X) of lltm_forward and (d_input, d_weights, d_bias, d_old_h, d_old_cell) of
+// lltm_backward, all contiguous, with the options of `input` (forward) and `X` (backward).
+using ForwardOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using BackwardOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+ForwardOutputs allocate_forward(const at::Tensor& input, const at::Tensor& old_h);
+BackwardOutputs allocate_backward(const at::Tensor& new_cell, const at::Tensor& X);
+
+// Where every backend's forward kernel starts: the outputs allocated, X = [old_h | input]
+// and the pre-activation gates X @ weights.T + bias (B×3S, ATen's matrix product) written
+// into them, and old_cell made contiguous.
 struct ForwardBuffers {
   at::Tensor X, gates, old_cell, new_h, new_cell;
 };
@@ -34,18 +43,20 @@ ForwardBuffers forward_buffers(const at::Tensor& input, const at::Tensor& weight
                                const at::Tensor& old_cell);
 
 // Where every backend's backward kernel starts: its inputs made contiguous once
-// (gradients from reductions are often expanded) and the two pointwise outputs to fill.
+// (gradients from reductions are often expanded), the outputs allocated and the gradient
+// of the pre-activation gates (d_gates, B×3S) to fill.
 struct BackwardBuffers {
-  at::Tensor grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell;
+  at::Tensor grad_h, grad_cell, new_cell, gates, d_gates;
+  at::Tensor d_input, d_weights, d_bias, d_old_h, d_old_cell;
+  BackwardOutputs outputs() const { return {d_input, d_weights, d_bias, d_old_h, d_old_cell}; }
 };
 BackwardBuffers backward_buffers(const at::Tensor& grad_h, const at::Tensor& grad_cell,
-                                 const at::Tensor& new_cell, const at::Tensor& gates);
+                                 const at::Tensor& new_cell, const at::Tensor& gates,
+                                 const at::Tensor& X);
 
-// The matrix products of the backward pass, from the gradient of the pre-activation
-// gates (B×3S): returns (d_input, d_weights, d_bias, d_old_h). Every backend's kernel
-// finishes with it.
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_products(
-    const at::Tensor& d_gates, const at::Tensor& X, const at::Tensor& weights, int64_t S);
+// The matrix products of the backward pass, from the filled d_gates: writes d_input,
+// d_weights, d_bias and d_old_h. Every backend's kernel finishes with it.
+void backward_products(BackwardBuffers& buf, const at::Tensor& X, const at::Tensor& weights);
 
 // Validates the forward arguments (ranks, shapes, dtypes in `allowed`, one device).
 void check_forward_args(const at::Tensor& input, const at::Tensor& weights,

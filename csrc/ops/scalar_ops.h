@@ -22,4 +22,9 @@ void check_add_diagonal_args(const at::Tensor& input, const at::Tensor& value);
 void check_scale_args(const at::Tensor& input, const at::Tensor& value,
                       const char* op = "tensortools.scale");
 
+// The outputs, allocated here for every backend's kernel and the meta kernel alike: a
+// contiguous tensor of input's shape and dtype, and (scale_finite) a 0-d bool tensor.
+at::Tensor allocate_output(const at::Tensor& input);
+at::TensorOptions all_finite_options(const at::Tensor& input);
+
 }  // namespace tensortools::scalar_ops

@@ -1,12 +1,13 @@
 // MetadataTensor.__torch_function__ in C for the common call: no handler registered, the
-// "fallback" policy, tracking on, the "first" merge policy, and no other overriding type
-// taking part. Such a call costs a plain call plus little: the metadata dict of the first
+// "fallback" policy, tracking on, the "first" merge policy, no setting overridden in the
+// calling thread's context, and no other overriding type taking part. Such a call costs a plain call plus little: the metadata dict of the first
 // MetadataTensor argument is found, the function runs with subclass dispatch disabled (as
 // torch._C.DisableTorchFunctionSubclass does), and a plain Tensor result becomes a
 // MetadataTensor holding a copy of that dict. With tracking off, a call without another
 // overriding type is the plain call alone, its result returned as it is. Every other
 // call, and every result that is not a single Tensor, goes to the Python implementation,
-// which stays the reference.
+// which stays the reference; so does wrapping any result that is not one plain strided
+// tensor.
 #include "metadata_dispatch.h"
 
 #include <ATen/PythonTorchFunctionTLS.h>
@@ -20,6 +21,7 @@ namespace {
 PyObject* g_tensor_type = nullptr;
 PyObject* g_no_wrap = nullptr;
 PyObject* g_wrap_outputs = nullptr;   // wrap_outputs(cls, result, context)
+PyObject* g_overrides = nullptr;      // the context variable of the settings' overrides
 
 // Interned attribute names and the setting values the fast path requires.
 PyObject* s_fast = nullptr;           // "_fast_dispatch": the class keeps the C path's hooks
@@ -69,9 +71,23 @@ int only_own_types(PyObject* cls, PyObject* types) {
 // path does). Each class setting is read once; kError with an exception set.
 enum class Path { kPython, kTracked, kUntracked, kError };
 
+// 1 when the calling context overrides a setting (the Python path then reads it), 0 when
+// not, -1 on error.
+int settings_overridden() {
+  PyObject* overrides = nullptr;
+  if (PyContextVar_Get(g_overrides, Py_None, &overrides) < 0) {
+    return -1;
+  }
+  const int active = overrides == Py_None ? 0 : PyObject_IsTrue(overrides);
+  Py_DECREF(overrides);
+  return active;
+}
+
 Path choose_path(PyObject* cls, PyObject* func, PyObject* types) {
   auto decided = [](int ok) { return ok < 0 ? Path::kError : Path::kPython; };
-  int ok = class_attr_is(cls, s_fast, Py_True);
+  int ok = settings_overridden();
+  if (ok != 0) return ok < 0 ? Path::kError : Path::kPython;
+  ok = class_attr_is(cls, s_fast, Py_True);
   if (ok != 1) return decided(ok);
   PyObject* tracking = class_attr(cls, s_tracking);
   if (tracking == nullptr) return Path::kError;
@@ -239,11 +255,12 @@ PyObject* metadata_torch_function(PyObject* /*module*/, PyObject* const* argv,
     return nullptr;
   }
 
-  if (Py_TYPE(result) != reinterpret_cast<PyTypeObject*>(g_tensor_type)) {
+  if (Py_TYPE(result) != reinterpret_cast<PyTypeObject*>(g_tensor_type) ||
+      THPVariable_Unpack(result).layout() != at::kStrided) {
     PyObject* out;
     if (PyObject_TypeCheck(result, reinterpret_cast<PyTypeObject*>(cls))) {
       out = Py_NewRef(result);  // an in-place call returned its MetadataTensor argument
-    } else {
+    } else {  // other results (tuples, sparse tensors, ...) as the Python path wraps them
       PyObject* wrap_args[] = {cls, result, context};
       out = PyObject_Vectorcall(g_wrap_outputs, wrap_args, 3, nullptr);
     }
@@ -269,14 +286,15 @@ PyObject* metadata_torch_function(PyObject* /*module*/, PyObject* const* argv,
 }
 
 PyObject* setup(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t argc) {
-  if (argc != 3 || !PyType_Check(argv[0]) || !PyAnySet_Check(argv[1]) ||
-      !PyCallable_Check(argv[2])) {
+  if (argc != 4 || !PyType_Check(argv[0]) || !PyAnySet_Check(argv[1]) ||
+      !PyCallable_Check(argv[2]) || !PyContextVar_CheckExact(argv[3])) {
     PyErr_SetString(PyExc_TypeError,
-                    "metadata_dispatch_setup(tensor_type, no_wrap: frozenset, wrap_outputs)");
+                    "metadata_dispatch_setup(tensor_type, no_wrap: frozenset, wrap_outputs, "
+                    "overrides: ContextVar)");
     return nullptr;
   }
-  PyObject** slots[] = {&g_tensor_type, &g_no_wrap, &g_wrap_outputs};
-  for (int i = 0; i < 3; ++i) {
+  PyObject** slots[] = {&g_tensor_type, &g_no_wrap, &g_wrap_outputs, &g_overrides};
+  for (int i = 0; i < 4; ++i) {
     Py_INCREF(argv[i]);
     Py_XSETREF(*slots[i], argv[i]);
   }
@@ -289,7 +307,7 @@ PyMethodDef methods[] = {
      "metadata_torch_function(cls, func, types, args=(), kwargs=None): "
      "MetadataTensor.__torch_function__, with the common case in C."},
     {"metadata_dispatch_setup", reinterpret_cast<PyCFunction>(setup), METH_FASTCALL,
-     "metadata_dispatch_setup(tensor_type, no_wrap, wrap_outputs): what "
+     "metadata_dispatch_setup(tensor_type, no_wrap, wrap_outputs, overrides): what "
      "metadata_torch_function needs from Python."},
     {nullptr, nullptr, 0, nullptr}};
 
@@ -300,8 +318,12 @@ void add_metadata_dispatch(pybind11::module_& m) {
     PyObject** slot;
     const char* text;
   };
-  for (const Name& name : {Name{&s_fast, "_fast_dispatch"}, Name{&s_tracking, "_tracking"},
-                           Name{&s_merge_policy, "_merge_policy"}, Name{&s_policy, "policy"},
+  // The settings' process-wide values (tensortools/_settings.py keeps them under these
+  // names; the C path runs only when no context overrides them).
+  for (const Name& name : {Name{&s_fast, "_fast_dispatch"},
+                           Name{&s_tracking, "_global_tracking"},
+                           Name{&s_merge_policy, "_global_merge_policy"},
+                           Name{&s_policy, "_global_policy"},
                            Name{&s_handlers, "_handlers"}, Name{&s_metadata, "metadata"},
                            Name{&s_class, "__class__"}, Name{&s_as_subclass, "as_subclass"},
                            Name{&s_first, "first"}, Name{&s_fallback, "fallback"},

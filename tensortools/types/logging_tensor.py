@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import time
@@ -19,6 +20,11 @@ __all__ = ["LoggingTensor", "CapturedLogs", "CallStats", "capture_logs", "LOGGER
 LOGGER_NAME = "tensortools.logging"
 _logger = logging.getLogger(LOGGER_NAME)
 
+# The capture_logs blocks active in the current context (thread or asyncio task): the
+# lists their records go to. Other threads' calls never reach them.
+_CAPTURES: contextvars.ContextVar[tuple] = contextvars.ContextVar(
+    "tensortools_log_captures", default=())
+
 
 class LoggingTensor(TensorWrapper):
     """A ``torch.Tensor`` that logs every torch function and method called on it.
@@ -26,8 +32,9 @@ class LoggingTensor(TensorWrapper):
     Each call is one record on the logger ``"tensortools.logging"`` at level INFO, with
     the attributes ``function`` (qualified name, e.g. ``torch.add``), ``arguments`` (a short
     summary: tensors as type, dtype and shape, never their values) and ``duration``
-    (seconds). Nothing is measured or formatted while the logger is not enabled for INFO.
-    Results are LoggingTensors.
+    (seconds). Nothing is measured or formatted while the logger is not enabled for INFO
+    and no :func:`capture_logs` block is active in the calling thread. Results are
+    LoggingTensors.
 
     ``LoggingTensor(data)``: ``data`` is a tensor (shared, not copied) or anything
     ``torch.as_tensor`` takes.
@@ -50,7 +57,9 @@ class LoggingTensor(TensorWrapper):
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        if not _logger.isEnabledFor(logging.INFO):
+        captures = _CAPTURES.get()
+        to_logger = _logger.isEnabledFor(logging.INFO)
+        if not (captures or to_logger):
             return super().__torch_function__(func, types, args, kwargs)
         name = _qualified_name(func)
         arguments = _summary(args, kwargs)
@@ -58,15 +67,24 @@ class LoggingTensor(TensorWrapper):
         failed = None
         try:
             return super().__torch_function__(func, types, args, kwargs)
-        except Exception as exc:
+        except BaseException as exc:  # KeyboardInterrupt too: the call did not return
             failed = type(exc).__name__
             raise
         finally:
-            duration = time.perf_counter() - start
-            _logger.info("%s(%s) %s in %.1f us", name, arguments,
-                         f"raised {failed}" if failed else "returned", duration * 1e6,
-                         extra={"function": name, "arguments": arguments,
-                                "duration": duration, "failed": failed})
+            _emit(name, arguments, time.perf_counter() - start, failed, captures, to_logger)
+
+
+def _emit(name: str, arguments: str, duration: float, failed: str | None, captures: tuple,
+          to_logger: bool) -> None:
+    record = _logger.makeRecord(
+        _logger.name, logging.INFO, "(unknown file)", 0, "%s(%s) %s in %.1f us",
+        (name, arguments, f"raised {failed}" if failed else "returned", duration * 1e6),
+        None, extra={"function": name, "arguments": arguments, "duration": duration,
+                     "failed": failed})
+    for records in captures:
+        records.append(record)
+    if to_logger:
+        _logger.handle(record)
 
 
 def _qualified_name(func: Any) -> str:
@@ -93,17 +111,30 @@ def _summary(args: tuple, kwargs: dict | None, limit: int = 6) -> str:
     return ", ".join(parts)
 
 
+# Arguments shown as they are: options and shapes, not data.
+_SHOWN = (str, torch.dtype, torch.device, torch.layout, torch.memory_format, type(None))
+
+
 def _describe(obj: Any, depth: int = 0) -> str:
+    """A short description of an argument that holds none of the call's data: tensors by
+    type, dtype and shape (at any depth), shapes (torch.Size) and top-level numbers (dims,
+    scalars) as they are, numbers inside sequences and other objects by their type."""
     if isinstance(obj, Tensor):
         with torch._C.DisableTorchFunctionSubclass():
             dtype = str(obj.dtype).removeprefix("torch.")
             return f"{type(obj).__name__}[{dtype}, {tuple(obj.shape)}]"
-    if isinstance(obj, (list, tuple)) and depth < 2:
+    if isinstance(obj, torch.Size):
+        return str(tuple(obj))
+    if isinstance(obj, (list, tuple)):
+        if depth >= 2:
+            return f"{type(obj).__name__}[{len(obj)}]"
         inner = ", ".join(_describe(o, depth + 1) for o in obj[:4])
         more = ", ..." if len(obj) > 4 else ""
         return f"[{inner}{more}]" if isinstance(obj, list) else f"({inner}{more})"
-    text = repr(obj)
-    return text if len(text) <= 40 else text[:37] + "..."
+    if isinstance(obj, (bool, int, float, complex)) and depth == 0 or isinstance(obj, _SHOWN):
+        text = repr(obj)
+        return text if len(text) <= 40 else text[:37] + "..."
+    return type(obj).__name__
 
 
 @dataclasses.dataclass
@@ -134,19 +165,9 @@ class CapturedLogs(list):
         return "\n".join(lines)
 
 
-class _ListHandler(logging.Handler):
-    def __init__(self, records: CapturedLogs) -> None:
-        super().__init__(logging.INFO)
-        self.records = records
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if hasattr(record, "function"):
-            self.records.append(record)
-
-
 @contextlib.contextmanager
 def capture_logs() -> Iterator[CapturedLogs]:
-    """Collect the LoggingTensor records of the block.
+    """Collect the LoggingTensor records of the block, in the calling thread.
 
     Yields a `CapturedLogs` list that fills as the block runs::
 
@@ -154,18 +175,17 @@ def capture_logs() -> Iterator[CapturedLogs]:
             y = torch.add(LoggingTensor(x), 1)
         logs[0].function        # 'torch.add'
         logs.summary()          # {'torch.add': CallStats(calls=1, total_seconds=...)}
+
+    Only calls made in the calling thread (or asyncio task) are collected; the logger's
+    level and handlers are left as they are (records reach its handlers only when it is
+    enabled for INFO, as without a capture).
     """
     records = CapturedLogs()
-    handler = _ListHandler(records)
-    previous_level = _logger.level
-    _logger.addHandler(handler)
-    if not _logger.isEnabledFor(logging.INFO):
-        _logger.setLevel(logging.INFO)
+    token = _CAPTURES.set((*_CAPTURES.get(), records))
     try:
         yield records
     finally:
-        _logger.removeHandler(handler)
-        _logger.setLevel(previous_level)
+        _CAPTURES.reset(token)
 
 
 torch.serialization.add_safe_globals([LoggingTensor])

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import pickle
 from typing import Any, Callable, ClassVar, Mapping, Union
 
 import torch
 from torch import Tensor
 
 from tensortools._native import C as _C
-from tensortools._settings import temporarily
+from tensortools._settings import OVERRIDES, ClassSetting
 from tensortools.dispatch import _NO_WRAP, TensorWrapper, _wrap_outputs
 
 __all__ = ["MetadataTensor", "MERGE_POLICIES", "collate"]
@@ -29,15 +28,16 @@ class MetadataTensor(TensorWrapper):
     returns (in tuples, lists and named tuples too) is a MetadataTensor with its own copy
     of the merged metadata of the call's MetadataTensor arguments. How several inputs'
     metadata merge is :meth:`set_merge_policy`'s to say; :meth:`set_tracking` turns the
-    whole mechanism off. Both settings are process-wide.
+    whole mechanism off. Both setters act for every thread; their context managers
+    (:meth:`merge_policy`, :meth:`tracking`) for the block, in the current thread only.
 
     When another overriding type takes part in a call, the result is a MetadataTensor
     even if that type produced it: metadata is data and must not be lost.
     """
 
     wrap_foreign: ClassVar[bool] = True
-    _merge_policy: ClassVar[MergePolicy] = "first"
-    _tracking: ClassVar[bool] = True
+    _merge_policy: ClassVar[MergePolicy] = ClassSetting("first")
+    _tracking: ClassVar[bool] = ClassSetting(True)
     # Whether the class keeps the hooks that the compiled path of __torch_function__
     # stands in for (see _FAST_HOOKS); a subclass replacing one takes the Python path.
     _fast_dispatch: ClassVar[bool] = True
@@ -61,18 +61,18 @@ class MetadataTensor(TensorWrapper):
             data = Tensor.__repr__(self.as_subclass(Tensor))
         return f"Metadata:\n{self.metadata!r}\ndata:\n{data}"
 
+    @classmethod
+    def _check_state(cls, state: Any, error: type[Exception]) -> dict:
+        state = super()._check_state(state, error)
+        if not isinstance(state.get("metadata", {}), dict):
+            raise error(f"{cls.__name__}: invalid saved state; 'metadata' must be a dict, "
+                        f"got {type(state['metadata']).__name__}")
+        return state
+
     def __setstate__(self, state: Any) -> None:
-        # Unpickling (pickle, torch.load, also with weights_only=True) hands over what
-        # __getstate__ saved: {"metadata": dict}. A crafted file could set any attribute
-        # or a metadata that is not a dict; refuse both.
-        if isinstance(state, tuple) and len(state) == 2:
-            state = state[0]
-        if not (isinstance(state, dict) and set(state) <= {"metadata"}
-                and isinstance(state.get("metadata", {}), dict)):
-            raise pickle.UnpicklingError(
-                f"{type(self).__name__}: invalid saved state; expected {{'metadata': dict}}, "
-                f"got {type(state).__name__} {_summary(state)}")
-        self.metadata = dict(state.get("metadata", {}))
+        super().__setstate__(state)
+        if state is not None:
+            self.metadata = dict(self.__dict__.get("metadata", {}))
 
     # -- settings --------------------------------------------------------------------
 
@@ -83,30 +83,26 @@ class MetadataTensor(TensorWrapper):
         ``"strict"`` (a key with different values raises ValueError), ``"union"`` (all
         keys; the first argument holding a key gives its value) or a callable taking the
         list of input dicts and returning the result's dict. Returns the previous one."""
-        if not callable(policy) and policy not in MERGE_POLICIES:
-            raise ValueError("MetadataTensor.set_merge_policy: 'policy' must be one of "
-                             f"{MERGE_POLICIES} or a callable, got {policy!r}")
-        previous = cls._merge_policy
-        cls._merge_policy = policy
-        return previous
+        _check_merge_policy(policy)
+        return _setting(cls, "_merge_policy").set(cls, policy)
 
     @classmethod
     def merge_policy(cls, policy: MergePolicy) -> contextlib.AbstractContextManager:
-        """Context manager: :meth:`set_merge_policy` inside the block."""
-        return temporarily(cls.set_merge_policy, policy)
+        """Context manager: ``policy`` inside the block, in the current thread only."""
+        _check_merge_policy(policy)
+        return _setting(cls, "_merge_policy").override(cls, policy)
 
     @classmethod
     def set_tracking(cls, enabled: bool) -> bool:
-        """Turn metadata tracking on or off; returns the previous setting. While off,
-        calls return plain tensors at plain-tensor speed."""
-        previous = cls._tracking
-        cls._tracking = bool(enabled)
-        return previous
+        """Turn metadata tracking on or off, for every thread; returns the previous
+        setting. While off, calls return plain tensors at plain-tensor speed."""
+        return _setting(cls, "_tracking").set(cls, bool(enabled))
 
     @classmethod
     def tracking(cls, enabled: bool) -> contextlib.AbstractContextManager:
-        """Context manager: :meth:`set_tracking` inside the block."""
-        return temporarily(cls.set_tracking, enabled)
+        """Context manager: tracking on or off inside the block, in the current thread
+        only."""
+        return _setting(cls, "_tracking").override(cls, bool(enabled))
 
     # -- dispatch --------------------------------------------------------------------
 
@@ -126,6 +122,16 @@ class MetadataTensor(TensorWrapper):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        # A class body's own `_tracking = False` or `_merge_policy = "union"` becomes that
+        # class's process-wide setting.
+        for name in ("_merge_policy", "_tracking"):
+            setting = _setting(cls, name)
+            if setting.adopt(cls) is not setting:
+                value = getattr(cls, setting.storage)
+                if name == "_tracking":
+                    setting.set(cls, bool(value))
+                else:
+                    _check_merge_policy(value)
         cls._fast_dispatch = all(
             getattr(cls, name).__func__ is getattr(MetadataTensor, name).__func__
             for name in _FAST_HOOKS)
@@ -138,10 +144,12 @@ class MetadataTensor(TensorWrapper):
         return cls.call_plain(func, types, args, kwargs or {})[0]
 
     # Compiled (csrc/python/metadata_dispatch.cpp): a call with no handler, under the
-    # "fallback" policy, tracking on and the "first" merge policy, among MetadataTensors
-    # and plain tensors only, that returns one tensor, costs a plain call plus the copy
-    # of the dict; with tracking off, a call among those types is the plain call alone.
-    # Everything else goes to _python_torch_function, with the same results.
+    # "fallback" policy, tracking on and the "first" merge policy (none of them overridden
+    # in the calling context), among MetadataTensors and plain tensors only, that returns
+    # one strided tensor, costs a plain call plus the copy of the dict; with tracking off,
+    # a call among those types is the plain call alone. Everything else goes to
+    # _python_torch_function, with the same results (tests/test_metadata_tensor_paths.py
+    # compares the two over PyTorch's operator samples).
     __torch_function__ = classmethod(_C.metadata_torch_function)
 
 
@@ -153,7 +161,17 @@ def _wrap_result(cls, result, context):
     return _wrap_outputs(cls, result, context, {})
 
 
-_C.metadata_dispatch_setup(Tensor, frozenset(_NO_WRAP), _wrap_result)
+_C.metadata_dispatch_setup(Tensor, frozenset(_NO_WRAP), _wrap_result, OVERRIDES)
+
+
+def _setting(cls: type, name: str) -> ClassSetting:
+    return MetadataTensor.__dict__[name]
+
+
+def _check_merge_policy(policy: Any) -> None:
+    if not callable(policy) and policy not in MERGE_POLICIES:
+        raise ValueError("MetadataTensor: 'policy' must be one of "
+                         f"{MERGE_POLICIES} or a callable, got {policy!r}")
 
 
 def _collect(cls: type, args, found: list) -> None:
@@ -200,11 +218,6 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:  # values whose == is not a truth value are different
         return False
-
-
-def _summary(state: Any) -> str:
-    text = repr(list(state) if isinstance(state, dict) else state)
-    return text if len(text) < 80 else text[:77] + "..."
 
 
 def collate(batch: list, *, collate_fn_map: dict | None = None) -> MetadataTensor:

@@ -1,5 +1,5 @@
-// axpby on the CPU: one TensorIterator pass (broadcasting, any strides, parallel), with a
-// contiguous inner loop the compiler vectorises.
+// axpby on the CPU: one TensorIterator pass (broadcasting, any input strides, parallel)
+// into the contiguous output, with a contiguous inner loop the compiler vectorises.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -15,7 +15,7 @@ namespace {
 at::Tensor axpby_cpu(const at::Tensor& x, const at::Tensor& y, const at::Scalar& alpha,
                      const at::Scalar& beta) {
   check_args(x, y, kCpuFloatingTypes);
-  at::Tensor out;
+  at::Tensor out = allocate_output(x, y);
   auto iter = at::TensorIteratorConfig()
                   .add_output(out)
                   .add_const_input(x)
@@ -45,7 +45,7 @@ at::Tensor axpby_cpu(const at::Tensor& x, const at::Tensor& y, const at::Scalar&
       }
     });
   });
-  return iter.output();
+  return out;
 }
 
 }  // namespace

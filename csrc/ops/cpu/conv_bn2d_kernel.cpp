@@ -16,14 +16,10 @@
 
 #include "../../checks.h"
 #include "../conv_bn2d.h"
+#include "parallel.h"
 
 namespace tensortools::conv_bn2d {
 namespace {
-
-// Planes per task: enough elements that a task outweighs the cost of waking a thread.
-int64_t grain_planes(int64_t plane_size) {
-  return std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(1, plane_size));
-}
 
 // Per-channel values of an optional per-channel tensor, in double (`fill` where absent).
 std::vector<double> channel_values(const std::optional<at::Tensor>& t, int64_t C, double fill) {
@@ -40,7 +36,7 @@ template <typename T>
 void channel_moments(const T* z, int64_t N, int64_t C, int64_t HW, std::vector<double>& mean,
                      std::vector<double>& var) {
   std::vector<double> plane_mean(N * C), plane_m2(N * C);
-  at::parallel_for(0, N * C, grain_planes(HW), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, N * C, cpu::grain_for(HW), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const T* x = z + p * HW;
       double sum = 0;
@@ -86,7 +82,7 @@ void channel_moments(const T* z, int64_t N, int64_t C, int64_t HW, std::vector<d
 template <typename T>
 void affine_planes(T* z, int64_t N, int64_t C, int64_t HW, const std::vector<double>& shift,
                    const std::vector<double>& scale, const std::vector<double>& offset) {
-  at::parallel_for(0, N * C, grain_planes(HW), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, N * C, cpu::grain_for(HW), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t c = p % C;
       const T s = static_cast<T>(shift[c]), k = static_cast<T>(scale[c]);
@@ -106,7 +102,7 @@ void channel_grad_sums(const T* dy, const T* z, int64_t N, int64_t C, int64_t HW
                        const std::vector<double>& mean, std::vector<double>& sum_dy,
                        std::vector<double>& dot) {
   std::vector<double> plane_dy(N * C), plane_dot(N * C);
-  at::parallel_for(0, N * C, grain_planes(HW), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, N * C, cpu::grain_for(HW), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const T* x = z + p * HW;
       const T* d = dy + p * HW;
@@ -134,7 +130,7 @@ template <typename T>
 void grad_planes(const T* dy, T* z, int64_t N, int64_t C, int64_t HW,
                  const std::vector<double>& mean, const std::vector<double>& k1,
                  const std::vector<double>& k0, const std::vector<double>& k2) {
-  at::parallel_for(0, N * C, grain_planes(HW), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, N * C, cpu::grain_for(HW), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t c = p % C;
       const T m = static_cast<T>(mean[c]), a = static_cast<T>(k1[c]);
@@ -153,8 +149,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_bn2d_forward_cpu(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& gamma,
     const std::optional<at::Tensor>& beta, at::IntArrayRef stride, at::IntArrayRef padding,
     double eps) {
-  check_forward_args(input, weight, gamma, beta, stride, padding, eps, kCpuFloatingTypes);
-  at::Tensor z = convolve(input, weight, stride, padding);
+  const c10::SymDimVector shape =
+      check_forward_args(input, weight, gamma, beta, stride, padding, eps, kCpuFloatingTypes);
+  at::Tensor z = convolve(input, weight, stride, padding, shape);
   const int64_t N = z.size(0), C = z.size(1), HW = z.size(2) * z.size(3);
   std::vector<double> mean(C), var(C), scale(C);
   const std::vector<double> g = channel_values(gamma, C, 1.0);
@@ -169,7 +166,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_bn2d_forward_cpu(
     affine_planes(data, N, C, HW, mean, scale, b);
   });
   auto to_tensor = [&](const std::vector<double>& v) {
-    return at::tensor(v, at::TensorOptions().dtype(at::kDouble)).to(z.scalar_type());
+    return allocate_stats(input, C).copy_(at::tensor(v, at::TensorOptions().dtype(at::kDouble)));
   };
   return {z, to_tensor(mean), to_tensor(var)};
 }
@@ -183,7 +180,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv_bn2d_backward_cp
                       kCpuFloatingTypes);
   // Gradients arriving from reductions are often expanded (stride 0): copy once here.
   const at::Tensor grad_output = grad_output_.contiguous();
-  at::Tensor z = convolve(input, weight, stride, padding);  // recomputed, then overwritten
+  // recomputed, then overwritten
+  at::Tensor z = convolve(input, weight, stride, padding, grad_output.sym_sizes());
   const int64_t N = z.size(0), C = z.size(1), HW = z.size(2) * z.size(3);
   const double count = static_cast<double>(N * HW);
   const std::vector<double> mean = channel_values(mean_, C, 0.0);
@@ -209,17 +207,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv_bn2d_backward_cp
     grad_planes(dy, data, N, C, HW, mean, k1, k0, k2);
   });
 
-  auto [grad_input, grad_weight] =
+  // Named variables, not structured bindings: C++17 lambdas cannot capture those.
+  at::Tensor grad_input, grad_weight, grad_gamma, grad_beta;
+  std::tie(grad_input, grad_weight, grad_gamma, grad_beta) =
+      allocate_backward(input, weight, output_mask);
+  std::tie(grad_input, grad_weight) =
       convolve_backward(z, input, weight, stride, padding, {output_mask[0], output_mask[1]});
-  at::Tensor grad_gamma, grad_beta;
   if (output_mask[2]) {
     std::vector<double> gg(C);
     for (int64_t c = 0; c < C; ++c) {
       gg[c] = dot[c] / std::sqrt(var[c] + eps);
     }
     const auto options = at::TensorOptions().dtype(at::kDouble);
-    grad_gamma = at::tensor(gg, options).to(z.scalar_type());
-    grad_beta = at::tensor(sum_dy, options).to(z.scalar_type());
+    grad_gamma.copy_(at::tensor(gg, options));
+    grad_beta.copy_(at::tensor(sum_dy, options));
   }
   return {grad_input, grad_weight, grad_gamma, grad_beta};
 }

@@ -11,6 +11,7 @@
 #include "../../checks.h"
 #include "../lltm.h"
 #include "../lltm_math.h"
+#include "parallel.h"
 #include "vec_math.h"
 
 // The float32 row loops are compiled once per x86-64 level and picked at load time for the
@@ -89,12 +90,7 @@ void backward_pass(const double* g, const double* nc, const double* gh, const do
   backward_rows<double, StdMath>(g, nc, gh, gcell, dg, doc, b0, b1, S);
 }
 
-// Rows per task: enough elements that a task outweighs the cost of waking a thread.
-int64_t grain_rows(int64_t state_size) {
-  return std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(1, state_size));
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_forward_cpu(
+ForwardOutputs lltm_forward_cpu(
     const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
     const at::Tensor& old_h, const at::Tensor& old_cell_) {
   check_forward_args(input, weights, bias, old_h, old_cell_, kCpuFloatingTypes);
@@ -110,20 +106,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_forward_cpu(
     const scalar_t* oc = old_cell.const_data_ptr<scalar_t>();
     scalar_t* nc = new_cell.data_ptr<scalar_t>();
     scalar_t* nh = new_h.data_ptr<scalar_t>();
-    at::parallel_for(0, B, grain_rows(S), [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, B, cpu::grain_for(S), [&](int64_t begin, int64_t end) {
       forward_pass(g, oc, nc, nh, begin, end, S);
     });
   });
   return {new_h, new_cell, gates, X};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_backward_cpu(
-    const at::Tensor& grad_h_, const at::Tensor& grad_cell_, const at::Tensor& new_cell_,
-    const at::Tensor& gates_, const at::Tensor& X, const at::Tensor& weights) {
+BackwardOutputs lltm_backward_cpu(const at::Tensor& grad_h_, const at::Tensor& grad_cell_,
+                                  const at::Tensor& new_cell_, const at::Tensor& gates_,
+                                  const at::Tensor& X, const at::Tensor& weights) {
   check_backward_args(grad_h_, grad_cell_, new_cell_, gates_, X, weights, kCpuFloatingTypes);
   const int64_t B = new_cell_.size(0), S = new_cell_.size(1);
 
-  BackwardBuffers buf = backward_buffers(grad_h_, grad_cell_, new_cell_, gates_);
+  BackwardBuffers buf = backward_buffers(grad_h_, grad_cell_, new_cell_, gates_, X);
   const at::Tensor &grad_h = buf.grad_h, &grad_cell = buf.grad_cell;
   const at::Tensor &new_cell = buf.new_cell, &gates = buf.gates;
   const at::Tensor &d_gates = buf.d_gates, &d_old_cell = buf.d_old_cell;
@@ -135,13 +131,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_back
     const scalar_t* gcell = grad_cell.const_data_ptr<scalar_t>();
     scalar_t* dg = d_gates.data_ptr<scalar_t>();
     scalar_t* doc = d_old_cell.data_ptr<scalar_t>();
-    at::parallel_for(0, B, grain_rows(S), [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, B, cpu::grain_for(S), [&](int64_t begin, int64_t end) {
       backward_pass(g, nc, gh, gcell, dg, doc, begin, end, S);
     });
   });
 
-  auto [d_input, d_weights, d_bias, d_old_h] = backward_products(d_gates, X, weights, S);
-  return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
+  backward_products(buf, X, weights);
+  return buf.outputs();
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "../scalar_ops.h"
 #include "../wrapping.h"
+#include "parallel.h"
 
 namespace tensortools::scalar_ops {
 namespace {
@@ -39,7 +40,7 @@ void add_diagonal_rows(const scalar_t* __restrict in, scalar_t v, scalar_t* __re
 at::Tensor add_diagonal_cpu(const at::Tensor& self_, const at::Tensor& value) {
   check_add_diagonal_args(self_, value);
   const at::Tensor self = self_.contiguous();
-  at::Tensor out = at::empty_like(self, at::MemoryFormat::Contiguous);
+  at::Tensor out = allocate_output(self);
   const int64_t n = self.size(-1);
   const int64_t rows = n == 0 ? 0 : self.numel() / n;  // batch * n
   AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "add_diagonal_cpu",
@@ -47,8 +48,7 @@ at::Tensor add_diagonal_cpu(const at::Tensor& self_, const at::Tensor& value) {
     const scalar_t v = value.item<scalar_t>();
     const scalar_t* in = self.const_data_ptr<scalar_t>();
     scalar_t* o = out.data_ptr<scalar_t>();
-    const int64_t grain = std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(1, n));
-    at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, rows, cpu::grain_for(n), [&](int64_t begin, int64_t end) {
       add_diagonal_rows(in, v, o, begin, end, n);
     });
   });
@@ -112,7 +112,7 @@ void scale_pass(const scalar_t* in, scalar_t v, scalar_t* out, int64_t n,
 at::Tensor scale_cpu(const at::Tensor& self_, const at::Tensor& value) {
   check_scale_args(self_, value);
   const at::Tensor self = self_.contiguous();
-  at::Tensor out = at::empty_like(self, at::MemoryFormat::Contiguous);
+  at::Tensor out = allocate_output(self);
   AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "scale_cpu", [&] {
     scale_pass<scalar_t, false>(self.const_data_ptr<scalar_t>(), value.item<scalar_t>(),
                                 out.data_ptr<scalar_t>(), self.numel(), nullptr);
@@ -124,7 +124,7 @@ std::tuple<at::Tensor, at::Tensor> scale_finite_cpu(const at::Tensor& self_,
                                                     const at::Tensor& value) {
   check_scale_args(self_, value, "tensortools.scale_finite");
   const at::Tensor self = self_.contiguous();
-  at::Tensor out = at::empty_like(self, at::MemoryFormat::Contiguous);
+  at::Tensor out = allocate_output(self);
   bool finite = true;
   AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "scale_finite_cpu",
                              [&] {
@@ -137,7 +137,7 @@ std::tuple<at::Tensor, at::Tensor> scale_finite_cpu(const at::Tensor& self_,
       scale_pass<scalar_t, true>(in, v, o, self.numel(), &finite);
     }
   });
-  return {out, at::scalar_tensor(finite, self.options().dtype(at::kBool))};
+  return {out, at::scalar_tensor(finite, all_finite_options(self))};
 }
 
 }  // namespace

@@ -62,7 +62,7 @@ at::Tensor axpby_cuda(const at::Tensor& x_, const at::Tensor& y_, const at::Scal
     x = x.contiguous();
     y = y.contiguous();
   }
-  at::Tensor out = at::empty(shape, x.options());
+  at::Tensor out = allocate_output(x_, y_);
   const int64_t n = out.numel();
   if (n == 0) {
     return out;

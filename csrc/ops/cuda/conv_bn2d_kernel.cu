@@ -195,17 +195,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_bn2d_forward_cuda(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& gamma_,
     const std::optional<at::Tensor>& beta_, at::IntArrayRef stride, at::IntArrayRef padding,
     double eps) {
-  check_forward_args(input, weight, gamma_, beta_, stride, padding, eps, kCudaFloatingTypes);
+  const c10::SymDimVector shape =
+      check_forward_args(input, weight, gamma_, beta_, stride, padding, eps, kCudaFloatingTypes);
   const c10::cuda::CUDAGuard guard(input.device());
   const auto contiguous = [](const std::optional<at::Tensor>& t) -> std::optional<at::Tensor> {
     return t.has_value() && t->defined() ? std::optional<at::Tensor>(t->contiguous())
                                          : std::nullopt;
   };
   const auto gamma = contiguous(gamma_), beta = contiguous(beta_);
-  at::Tensor z = convolve(input, weight, stride, padding);
+  at::Tensor z = convolve(input, weight, stride, padding, shape);
   const int64_t N = z.size(0), C = z.size(1), HW = z.size(2) * z.size(3);
-  const auto stats_options = z.options().dtype(stats_dtype(z.scalar_type()));
-  at::Tensor mean = at::empty({C}, stats_options), var = at::empty({C}, stats_options);
+  at::Tensor mean = allocate_stats(input, C), var = allocate_stats(input, C);
   const auto stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, z.scalar_type(),
                                   "conv_bn2d_forward_cuda", [&] {
@@ -252,13 +252,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv_bn2d_backward_cu
   const std::optional<at::Tensor> gamma =
       gamma_.has_value() && gamma_->defined() ? std::optional<at::Tensor>(gamma_->contiguous())
                                               : std::nullopt;
-  at::Tensor z = convolve(input, weight, stride, padding);  // recomputed, then overwritten
+  // recomputed, then overwritten
+  at::Tensor z = convolve(input, weight, stride, padding, grad_output.sym_sizes());
   const int64_t N = z.size(0), C = z.size(1), HW = z.size(2) * z.size(3);
-  at::Tensor grad_gamma, grad_beta;
-  if (output_mask[2]) {
-    grad_gamma = at::empty({C}, z.options());
-    grad_beta = at::empty({C}, z.options());
-  }
+  // Named variables, not structured bindings: C++17 lambdas cannot capture those.
+  at::Tensor grad_input, grad_weight, grad_gamma, grad_beta;
+  std::tie(grad_input, grad_weight, grad_gamma, grad_beta) =
+      allocate_backward(input, weight, output_mask);
   const auto stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, z.scalar_type(),
                                   "conv_bn2d_backward_cuda", [&] {
@@ -290,7 +290,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv_bn2d_backward_cu
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
   });
-  auto [grad_input, grad_weight] =
+  std::tie(grad_input, grad_weight) =
       convolve_backward(z, input, weight, stride, padding, {output_mask[0], output_mask[1]});
   return {grad_input, grad_weight, grad_gamma, grad_beta};
 }

@@ -68,7 +68,7 @@ Accessor2<scalar_t, index_t> acc(const at::Tensor& t) {
   return t.generic_packed_accessor<scalar_t, 2, at::RestrictPtrTraits, index_t>();
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_forward_cuda(
+ForwardOutputs lltm_forward_cuda(
     const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
     const at::Tensor& old_h, const at::Tensor& old_cell_) {
   check_forward_args(input, weights, bias, old_h, old_cell_, kCudaFloatingTypes);
@@ -96,13 +96,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_forward_cuda(
   return {new_h, new_cell, gates, X};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_backward_cuda(
+BackwardOutputs lltm_backward_cuda(
     const at::Tensor& grad_h_, const at::Tensor& grad_cell_, const at::Tensor& new_cell_,
     const at::Tensor& gates_, const at::Tensor& X, const at::Tensor& weights) {
   check_backward_args(grad_h_, grad_cell_, new_cell_, gates_, X, weights, kCudaFloatingTypes);
   const c10::cuda::CUDAGuard guard(new_cell_.device());
   const int64_t B = new_cell_.size(0), S = new_cell_.size(1);
-  BackwardBuffers buf = backward_buffers(grad_h_, grad_cell_, new_cell_, gates_);
+  BackwardBuffers buf = backward_buffers(grad_h_, grad_cell_, new_cell_, gates_, X);
   const at::Tensor &grad_h = buf.grad_h, &grad_cell = buf.grad_cell;
   const at::Tensor &new_cell = buf.new_cell, &gates = buf.gates;
   const at::Tensor &d_gates = buf.d_gates, &d_old_cell = buf.d_old_cell;
@@ -122,8 +122,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_back
       cuda::fits_int32(gates) ? launch(int32_t{}) : launch(int64_t{});
     });
   }
-  auto [d_input, d_weights, d_bias, d_old_h] = backward_products(d_gates, X, weights, S);
-  return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
+  backward_products(buf, X, weights);
+  return buf.outputs();
 }
 
 }  // namespace

@@ -63,7 +63,7 @@ at::Tensor add_diagonal_cuda(const at::Tensor& self_, const at::Tensor& value) {
   check_add_diagonal_args(self_, value);
   const c10::cuda::CUDAGuard guard(self_.device());
   const at::Tensor self = self_.contiguous();
-  at::Tensor out = at::empty_like(self, at::MemoryFormat::Contiguous);
+  at::Tensor out = allocate_output(self);
   if (self.numel() == 0) {
     return out;
   }
@@ -84,7 +84,7 @@ at::Tensor scale_cuda(const at::Tensor& self_, const at::Tensor& value) {
   check_scale_args(self_, value);
   const c10::cuda::CUDAGuard guard(self_.device());
   const at::Tensor self = self_.contiguous();
-  at::Tensor out = at::empty_like(self, at::MemoryFormat::Contiguous);
+  at::Tensor out = allocate_output(self);
   if (self.numel() == 0) {
     return out;
   }
@@ -103,8 +103,8 @@ std::tuple<at::Tensor, at::Tensor> scale_finite_cuda(const at::Tensor& self_,
   check_scale_args(self_, value, "tensortools.scale_finite");
   const c10::cuda::CUDAGuard guard(self_.device());
   const at::Tensor self = self_.contiguous();
-  at::Tensor out = at::empty_like(self, at::MemoryFormat::Contiguous);
-  at::Tensor all_finite = at::ones({}, self.options().dtype(at::kBool));
+  at::Tensor out = allocate_output(self);
+  at::Tensor all_finite = at::ones({}, all_finite_options(self));
   if (self.numel() == 0) {
     return {out, all_finite};
   }

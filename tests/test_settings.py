@@ -1,0 +1,245 @@
+"""The settings' thread model: context managers act in their own thread only and restore
+exactly, whatever other threads do meanwhile; the set_* functions act for every thread.
+
+Two threads step through deliberate interleavings of their blocks (A enters, B enters, A
+leaves, B leaves; and B leaves first), each checking after every step what it sees,
+while the main thread, which overrides nothing, must keep seeing the process-wide value.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable
+
+import pytest
+import torch
+
+from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs
+from tensortools.dispatch import TensorWrapper
+
+ORDERS = [("A+", "B+", "A-", "B-"), ("A+", "B+", "B-", "A-"), ("B+", "A+", "A-", "B-")]
+
+
+def run_in_turns(order, steps: dict[str, Callable[[], None]]) -> None:
+    """Run steps named like "A+" in two threads A and B, one at a time, in `order`;
+    re-raise the first failure."""
+    turn, errors = [0], []
+    cond = threading.Condition()
+
+    def worker(name: str) -> None:
+        for index, step in enumerate(order):
+            if step[0] != name:
+                continue
+            with cond:
+                if not cond.wait_for(lambda: turn[0] == index or errors, timeout=30):
+                    errors.append(TimeoutError(step))
+                if errors:
+                    return
+            try:
+                steps[step]()
+            except BaseException as err:  # noqa: BLE001 - reported below
+                errors.append(err)
+            with cond:
+                turn[0] += 1
+                cond.notify_all()
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in "AB"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    if errors:
+        raise errors[0]
+
+
+def check_thread_local(enter: Callable[[str], Any], seen: Callable[[], Any],
+                       values: dict[str, Any], default: Any) -> None:
+    """For each order: thread X enters a block (enter(X) returns its context manager) that
+    makes seen() give values[X] in that thread, until it leaves; everyone else sees
+    default, the process-wide value, before, during and after."""
+    for order in ORDERS:
+        managers: dict[str, Any] = {}
+        inside: set[str] = set()
+
+        def step(name: str, entering: bool) -> Callable[[], None]:
+            def act() -> None:
+                if entering:
+                    managers[name] = enter(name)
+                    managers[name].__enter__()
+                    inside.add(name)
+                else:
+                    managers[name].__exit__(None, None, None)
+                    inside.discard(name)
+                assert seen() == (values[name] if name in inside else default), (order, name)
+                assert main_view[-1] == default
+            return act
+
+        main_view = [seen()]
+        steps = {f"{n}+": step(n, True) for n in "AB"} | {f"{n}-": step(n, False) for n in "AB"}
+        run_in_turns(order, steps)
+        assert seen() == default, order
+
+
+def test_tracking_is_per_thread():
+    def seen():
+        return type(torch.add(MetadataTensor(torch.ones(2), {"k": 1}), 1)).__name__
+
+    check_thread_local(lambda n: MetadataTensor.tracking(n == "B"), seen,
+                       {"A": "Tensor", "B": "MetadataTensor"}, "MetadataTensor")
+
+
+def test_merge_policy_is_per_thread():
+    def seen():
+        a, b = MetadataTensor(torch.ones(1), {"a": 1}), MetadataTensor(torch.ones(1), {"b": 2})
+        return tuple(sorted((a + b).metadata))
+
+    check_thread_local(lambda n: MetadataTensor.merge_policy("union" if n == "A" else "first"),
+                       seen, {"A": ("a", "b"), "B": ("a",)}, ("a",))
+
+
+class Strictable(TensorWrapper):
+    pass
+
+
+class StrictableChild(Strictable):
+    pass
+
+
+@pytest.mark.parametrize("cls,make", [
+    (ScalarTensor, lambda: ScalarTensor(2, 1.0)),
+    (MetadataTensor, lambda: MetadataTensor(torch.ones(2))),
+    (Strictable, lambda: StrictableChild(torch.ones(2))),  # a subclass follows its parent
+], ids=["ScalarTensor", "MetadataTensor", "user type"])
+def test_policy_is_per_thread(cls, make):
+    def seen():
+        try:
+            torch.exp(make())
+            return "fallback"
+        except TypeError:
+            return "strict"
+
+    check_thread_local(lambda n: cls.using_policy("strict" if n == "A" else "fallback"), seen,
+                       {"A": "strict", "B": "fallback"}, "fallback")
+    assert cls.policy == "fallback"
+
+
+def test_capture_logs_collects_its_own_thread_only():
+    logger = logging.getLogger("tensortools.logging")
+    level, handlers = logger.level, list(logger.handlers)
+    for order in ORDERS:
+        logs, managers, idents = {}, {}, {}
+
+        def step(name: str, entering: bool) -> Callable[[], None]:
+            def act() -> None:
+                if entering:
+                    managers[name] = capture_logs()
+                    logs[name] = managers[name].__enter__()
+                    idents[name] = threading.get_ident()
+                torch.neg(LoggingTensor(torch.ones(1)))
+                if not entering:
+                    managers[name].__exit__(None, None, None)
+                    torch.neg(LoggingTensor(torch.ones(1)))  # after its block: not captured
+            return act
+
+        with capture_logs() as main_logs:
+            run_in_turns(order, {f"{n}{s}": step(n, s == "+") for n in "AB" for s in "+-"})
+        assert main_logs == [], order
+        for name in "AB":
+            # its call after entering and its call before leaving; no other thread's
+            assert len(logs[name]) == 2, (order, name)
+            assert {r.thread for r in logs[name]} == {idents[name]}
+    assert logger.level == level and logger.handlers == handlers
+
+
+def test_capture_logs_leaves_the_logger_alone():
+    logger = logging.getLogger("tensortools.logging")
+    seen = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            seen.append(record)
+
+    handler = Collect()
+    logger.addHandler(handler)
+    try:
+        level = logger.level
+        with capture_logs() as logs:
+            torch.neg(LoggingTensor(torch.ones(1)))
+            assert logger.level == level
+        assert len(logs) == 1 and seen == []  # not enabled for INFO: handlers get nothing
+        logger.setLevel(logging.INFO)
+        with capture_logs() as logs:
+            torch.neg(LoggingTensor(torch.ones(1)))
+        assert len(logs) == 1 and len(seen) == 1  # enabled: both
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+
+
+def test_global_setters_act_for_every_thread():
+    results = {}
+
+    def worker():
+        results["tracking"] = type(torch.neg(MetadataTensor(torch.ones(1)))).__name__
+        try:
+            torch.exp(ScalarTensor(2, 1.0))
+            results["policy"] = "fallback"
+        except TypeError:
+            results["policy"] = "strict"
+
+    previous = MetadataTensor.set_tracking(False), ScalarTensor.set_policy("strict")
+    try:
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+    finally:
+        MetadataTensor.set_tracking(previous[0])
+        ScalarTensor.set_policy(previous[1])
+    assert results == {"tracking": "Tensor", "policy": "strict"}
+
+
+def test_a_thread_override_beats_the_global_value_in_that_thread_only():
+    previous = ScalarTensor.set_policy("strict")
+    try:
+        with ScalarTensor.using_policy("fallback"):
+            torch.exp(ScalarTensor(2, 1.0))  # the override holds here
+            assert ScalarTensor.policy == "fallback"
+        assert ScalarTensor.policy == "strict"
+    finally:
+        ScalarTensor.set_policy(previous)
+
+
+def test_class_body_policy_and_bad_policies():
+    class Declared(TensorWrapper):
+        policy = "strict"
+
+    assert Declared.policy == "strict" and TensorWrapper.policy == "fallback"
+    with Declared.using_policy("fallback"):
+        assert Declared.policy == "fallback"
+    assert Declared.policy == "strict"
+    with pytest.raises(ValueError, match="'policy' must be one of"):
+        class Bad(TensorWrapper):  # noqa: F841
+            policy = "lenient"
+    with pytest.raises(ValueError, match="'policy' must be one of"):
+        ScalarTensor.using_policy("lenient")
+    with pytest.raises(ValueError, match="'policy' must be one of"):
+        MetadataTensor.merge_policy("sometimes")
+
+
+def test_class_body_settings_of_a_metadata_tensor_subclass():
+    class Untracked(MetadataTensor):
+        _tracking = False
+
+    class Unioned(MetadataTensor):
+        _merge_policy = "union"
+
+    assert type(torch.neg(Untracked(torch.ones(1), {"k": 1}))) is torch.Tensor
+    a, b = Unioned(torch.ones(1), {"a": 1}), Unioned(torch.ones(1), {"b": 2})
+    assert (a + b).metadata == {"a": 1, "b": 2}
+    assert MetadataTensor._tracking is True and MetadataTensor._merge_policy == "first"
+    with Untracked.tracking(True):
+        assert isinstance(torch.neg(Untracked(torch.ones(1))), Untracked)
+    with pytest.raises(ValueError, match="'policy' must be one of"):
+        class Bad(MetadataTensor):  # noqa: F841
+            _merge_policy = "sometimes"
