@@ -24,16 +24,19 @@ except ImportError as exc:
     ) from exc
 
 ROOT = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("_tensortools_extension",
-                                               ROOT / "tensortools" / "_extension.py")
+_spec = importlib.util.spec_from_file_location(
+    "_tensortools_extension", ROOT / "tensortools" / "_extension.py"
+)
 _extension = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = _extension  # dataclasses look their module up while defining
 _spec.loader.exec_module(_extension)
 if _extension.sanitizers():
     # A sanitized tensortools._C would replace the normal one and abort every import that
     # does not preload the sanitizer runtimes.
-    raise SystemExit("TENSORTOOLS_SANITIZE is for the JIT build (scripts/sanitize.sh); "
-                     "unset it to build tensortools._C")
+    raise SystemExit(
+        "TENSORTOOLS_SANITIZE is for the JIT build (scripts/sanitize.sh); "
+        "unset it to build tensortools._C"
+    )
 cfg = _extension.build_config()
 
 Extension = CUDAExtension if cfg.with_cuda else CppExtension

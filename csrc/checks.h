@@ -42,29 +42,25 @@ inline void defined(const char* op, const Arg& a) {
 }
 
 inline void strided(const char* op, const Arg& a) {
-  TORCH_CHECK_TYPE(
-      a.tensor.layout() == at::kStrided, op, ": '", a.name,
-      "' must be a dense (strided) tensor, got layout ", a.tensor.layout());
+  TORCH_CHECK_TYPE(a.tensor.layout() == at::kStrided, op, ": '", a.name,
+                   "' must be a dense (strided) tensor, got layout ", a.tensor.layout());
 }
 
 inline void dim(const char* op, const Arg& a, int64_t expected, const char* meaning) {
-  TORCH_CHECK_VALUE(
-      a.tensor.dim() == expected, op, ": '", a.name, "' must be ", expected, "-D (", meaning,
-      "), got ", a.tensor.dim(), "-D with shape ", a.tensor.sym_sizes());
+  TORCH_CHECK_VALUE(a.tensor.dim() == expected, op, ": '", a.name, "' must be ", expected, "-D (",
+                    meaning, "), got ", a.tensor.dim(), "-D with shape ", a.tensor.sym_sizes());
 }
 
-inline void shape(const char* op, const Arg& a, c10::SymIntArrayRef expected,
-                  const char* meaning) {
-  TORCH_CHECK_VALUE(
-      a.tensor.sym_sizes() == expected, op, ": '", a.name, "' must have shape ", expected,
-      " (", meaning, "), got ", a.tensor.sym_sizes());
+inline void shape(const char* op, const Arg& a, c10::SymIntArrayRef expected, const char* meaning) {
+  TORCH_CHECK_VALUE(a.tensor.sym_sizes() == expected, op, ": '", a.name, "' must have shape ",
+                    expected, " (", meaning, "), got ", a.tensor.sym_sizes());
 }
 
 inline void same_size(const char* op, const Arg& a, int64_t dim, const Arg& ref, int64_t ref_dim,
                       const char* meaning) {
   TORCH_CHECK_VALUE(a.tensor.sym_size(dim) == ref.tensor.sym_size(ref_dim), op, ": '", a.name,
-                    "' has ", meaning, " ", a.tensor.sym_size(dim), " but '", ref.name,
-                    "' has ", ref.tensor.sym_size(ref_dim));
+                    "' has ", meaning, " ", a.tensor.sym_size(dim), " but '", ref.name, "' has ",
+                    ref.tensor.sym_size(ref_dim));
 }
 
 inline void dtype_in(const char* op, const Arg& a, c10::ArrayRef<at::ScalarType> allowed) {
@@ -73,23 +69,20 @@ inline void dtype_in(const char* op, const Arg& a, c10::ArrayRef<at::ScalarType>
       return;
     }
   }
-  TORCH_CHECK_TYPE(
-      false, op, ": '", a.name, "' must have dtype ", dtype_list(allowed), " on ",
-      a.tensor.device().type(), ", got ", a.tensor.scalar_type());
+  TORCH_CHECK_TYPE(false, op, ": '", a.name, "' must have dtype ", dtype_list(allowed), " on ",
+                   a.tensor.device().type(), ", got ", a.tensor.scalar_type());
 }
 
 inline void same_dtype(const char* op, const Arg& a, const Arg& ref) {
-  TORCH_CHECK_TYPE(
-      a.tensor.scalar_type() == ref.tensor.scalar_type(), op, ": '", a.name,
-      "' must have the same dtype as '", ref.name, "' (", ref.tensor.scalar_type(), "), got ",
-      a.tensor.scalar_type());
+  TORCH_CHECK_TYPE(a.tensor.scalar_type() == ref.tensor.scalar_type(), op, ": '", a.name,
+                   "' must have the same dtype as '", ref.name, "' (", ref.tensor.scalar_type(),
+                   "), got ", a.tensor.scalar_type());
 }
 
 inline void same_device(const char* op, const Arg& a, const Arg& ref) {
-  TORCH_CHECK_VALUE(
-      a.tensor.device() == ref.tensor.device(), op, ": '", a.name,
-      "' must be on the same device as '", ref.name, "' (", ref.tensor.device(), "), got ",
-      a.tensor.device());
+  TORCH_CHECK_VALUE(a.tensor.device() == ref.tensor.device(), op, ": '", a.name,
+                    "' must be on the same device as '", ref.name, "' (", ref.tensor.device(),
+                    "), got ", a.tensor.device());
 }
 
 // The checks every tensor argument of an operator gets: defined, strided, same dtype and

@@ -55,6 +55,10 @@ def needed(mod):
                 return False
         except Exception:
             pass
+    if "-" in mod:  # a command-line tool (clang-format), installed next to the interpreter
+        import os, shutil
+        here = os.path.join(os.path.dirname(sys.executable), mod)
+        return not (os.path.exists(here) or shutil.which(mod))
     return importlib.util.find_spec(mod) is None
 print(" ".join(pins[m] for m in sys.argv[1:] if needed(m)))
 PY
@@ -87,8 +91,9 @@ ensure_deps() {
   install_missing optional ninja  # without it the build is serial, not broken
   if [[ "$1" == test ]]; then
     install_missing required pytest hypothesis numpy
-    # The docs' code examples and API reference are part of the suite.
-    install_missing required sybil sphinx
+    # The docs' code examples and API reference are part of the suite, and so are the
+    # formatting and lint checks.
+    install_missing required sybil sphinx ruff clang-format
     # op_db sweeps need expecttest (they skip without it); tqdm draws progress bars.
     install_missing optional expecttest tqdm
   fi

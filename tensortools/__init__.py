@@ -3,15 +3,24 @@
 The compiled operators are registered under ``torch.ops.tensortools`` on import.
 """
 
-from tensortools._native import C as _C
 from tensortools import dispatch, nn, ops, reference
-from tensortools.types import (LoggingTensor, MetadataTensor, ScalarTensor,
-                               capture_logs)
+from tensortools._native import C as _C
+from tensortools.types import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs
 
 __version__ = "0.1.0"
 
 with_cuda: bool = _C.with_cuda
 """Whether this build of tensortools has CUDA kernels."""
 
-__all__ = ["ScalarTensor", "MetadataTensor", "LoggingTensor", "capture_logs", "dispatch",
-           "nn", "ops", "reference", "with_cuda", "__version__"]
+__all__ = [
+    "ScalarTensor",
+    "MetadataTensor",
+    "LoggingTensor",
+    "capture_logs",
+    "dispatch",
+    "nn",
+    "ops",
+    "reference",
+    "with_cuda",
+    "__version__",
+]

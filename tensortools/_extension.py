@@ -61,8 +61,17 @@ def build_config() -> BuildConfig:
     # -O1 keeps sanitized code fast enough for the test suite and its stacks readable; a
     # frame pointer on every frame gives ASan whole stacks; without recovery the first
     # undefined behaviour aborts the process, so a test run cannot pass over it.
-    san_flags = [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer",
-                 "-fno-sanitize-recover=undefined", "-g", "-O1"] if sanitize else []
+    san_flags = (
+        [
+            f"-fsanitize={sanitize}",
+            "-fno-omit-frame-pointer",
+            "-fno-sanitize-recover=undefined",
+            "-g",
+            "-O1",
+        ]
+        if sanitize
+        else []
+    )
     return BuildConfig(
         sources=sources,
         with_cuda=with_cuda,
@@ -93,8 +102,9 @@ def jit_load(verbose: bool = False) -> ModuleType:
         file=sys.stderr,
         flush=True,
     )
-    macros = [f"-D{name}" if value is None else f"-D{name}={value}"
-              for name, value in cfg.define_macros]
+    macros = [
+        f"-D{name}" if value is None else f"-D{name}={value}" for name, value in cfg.define_macros
+    ]
     # torch decides whether to rebuild from the .cpp/.cu files and the flags alone; a
     # digest of every file under csrc/ in the flags makes header edits count too.
     digest = hashlib.sha1()
@@ -134,7 +144,20 @@ def nvcc_check_command(source: Path, output: Path, shim: Path) -> list[str]:
     generated.parent.mkdir(parents=True, exist_ok=True)
     generated.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
     includes = [f"-I{p}" for p in include_paths()] + [f"-I{shim}", f"-I{CSRC}"]
-    return ["nvcc", "-c", "-std=c++17", "-arch=sm_90", *COMMON_NVCC_FLAGS,
-            # torch's newest headers use C++20 bit-field initialisers; accepted with a warning
-            "-diag-suppress", "3306", "-Xcompiler", "-Wno-c++20-extensions",
-            *includes, "-DWITH_CUDA", "-o", str(output), str(source)]
+    return [
+        "nvcc",
+        "-c",
+        "-std=c++17",
+        "-arch=sm_90",
+        *COMMON_NVCC_FLAGS,
+        # torch's newest headers use C++20 bit-field initialisers; accepted with a warning
+        "-diag-suppress",
+        "3306",
+        "-Xcompiler",
+        "-Wno-c++20-extensions",
+        *includes,
+        "-DWITH_CUDA",
+        "-o",
+        str(output),
+        str(source),
+    ]

@@ -8,19 +8,50 @@ asyncio task. On exit they restore exactly what that context saw before, whateve
 threads did meanwhile, so overlapping blocks in two threads never leak into each other.
 
 All overrides live in one context variable, :data:`OVERRIDES`, mapping ``(setting name,
-class)`` to the value; ``None`` when there are none, which is the common case and the one
-the fast paths test for.
+class)`` to the stack of blocks overriding it; ``None`` when there are none, which is the
+common case and the one the fast paths test for. A block leaving removes its own entry
+only, wherever it stands in the stack: blocks that end out of order (a generator closed
+after its caller's block has ended) leave no override behind. A generator suspended inside
+a block runs in its caller's context, so its override holds there until it is resumed to
+the end or closed, as with ``decimal.localcontext``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
-#: The context's overrides: {(setting name, class): value}, or None when there are none.
+#: The context's overrides: {(setting name, class): ((marker, value), ...)}, innermost
+#: last, or None when there are none.
 OVERRIDES: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
-    "tensortools_setting_overrides", default=None)
+    "tensortools_setting_overrides", default=None
+)
+
+
+def push(var: contextvars.ContextVar, key: Any, value: Any) -> object:
+    """Add value on top of key's stack in var (a dict of stacks, or None) for the current
+    context; returns the marker that :func:`pop` takes it back with."""
+    marker = object()
+    current = var.get() or {}
+    var.set({**current, key: (*current.get(key, ()), (marker, value))})
+    return marker
+
+
+def pop(var: contextvars.ContextVar, key: Any, marker: object) -> None:
+    """Remove the entry `marker` from key's stack in var, wherever it stands."""
+    current = var.get() or {}
+    stack = current.get(key, ())
+    kept = tuple(entry for entry in stack if entry[0] is not marker)
+    if len(kept) == len(stack):
+        raise RuntimeError(
+            "tensortools: a settings block must end in the thread (or asyncio task) that began it"
+        )
+    changed = {k: v for k, v in current.items() if k != key}
+    if kept:
+        changed[key] = kept
+    var.set(changed or None)
 
 
 class ClassSetting:
@@ -48,9 +79,9 @@ class ClassSetting:
         if overrides is None:
             return getattr(cls, self.storage)
         for klass in cls.__mro__:
-            value = overrides.get((self.name, klass), overrides)
-            if value is not overrides:
-                return value
+            stack = overrides.get((self.name, klass))
+            if stack:
+                return stack[-1][1]
             if self.storage in klass.__dict__:
                 return klass.__dict__[self.storage]
         return self.default
@@ -66,11 +97,11 @@ class ClassSetting:
     def override(self, cls: type, value: Any) -> Iterator[None]:
         """Within the block, and in the current context only, ``cls`` (and its subclasses
         without a value of their own) see ``value``."""
-        token = OVERRIDES.set({**(OVERRIDES.get() or {}), (self.name, cls): value})
+        marker = push(OVERRIDES, (self.name, cls), value)
         try:
             yield
         finally:
-            OVERRIDES.reset(token)
+            pop(OVERRIDES, (self.name, cls), marker)
 
     def adopt(self, cls: type) -> Any:
         """Take a plain value that a class body assigned to this setting's name as that

@@ -15,8 +15,16 @@ import sys
 import torch
 
 import tensortools
-from tensortools import (LoggingTensor, MetadataTensor, ScalarTensor, bench, capture_logs,
-                         coverage, nn, ops, reference)
+from tensortools import (
+    LoggingTensor,
+    MetadataTensor,
+    ScalarTensor,
+    bench,
+    capture_logs,
+    coverage,
+    nn,
+    reference,
+)
 
 TYPES = (ScalarTensor, MetadataTensor, LoggingTensor)
 
@@ -75,8 +83,10 @@ def lltm_agreement() -> None:
     x = torch.randn(batch, features, dtype=torch.float64)
     h = torch.randn(batch, state, dtype=torch.float64)
     c = torch.randn(batch, state, dtype=torch.float64)
-    grads = (torch.randn(batch, state, dtype=torch.float64),
-             torch.randn(batch, state, dtype=torch.float64))
+    grads = (
+        torch.randn(batch, state, dtype=torch.float64),
+        torch.randn(batch, state, dtype=torch.float64),
+    )
     params = list(cell.parameters())
 
     fused = cell(x, (h, c))
@@ -85,9 +95,12 @@ def lltm_agreement() -> None:
     ref_grads = torch.autograd.grad(ref, params, grads)
 
     print(f"nn.LLTM({features}, {state}) on a batch of {batch}, float64:")
-    for name, a, b in [("new_h", fused[0], ref[0]), ("new_cell", fused[1], ref[1]),
-                       ("grad weights", fused_grads[0], ref_grads[0]),
-                       ("grad bias", fused_grads[1], ref_grads[1])]:
+    for name, a, b in [
+        ("new_h", fused[0], ref[0]),
+        ("new_cell", fused[1], ref[1]),
+        ("grad weights", fused_grads[0], ref_grads[0]),
+        ("grad bias", fused_grads[1], ref_grads[1]),
+    ]:
         print(f"  {name:<13} max |fused - reference| = {(a - b).abs().max().item():.2e}")
 
 
@@ -102,22 +115,28 @@ def lltm_on_types() -> None:
     plain_h, _ = cell(x, (h, c))
 
     meta_h, meta_c = cell(MetadataTensor(x, {"sequence": "walk-12", "step": 0}), (h, c))
-    print(f"MetadataTensor input -> {type(meta_h).__name__} outputs with metadata "
-          f"{meta_c.metadata}; values equal the plain call: "
-          f"{torch.equal(meta_h.as_subclass(torch.Tensor), plain_h)}")
+    print(
+        f"MetadataTensor input -> {type(meta_h).__name__} outputs with metadata "
+        f"{meta_c.metadata}; values equal the plain call: "
+        f"{torch.equal(meta_h.as_subclass(torch.Tensor), plain_h)}"
+    )
 
     with capture_logs() as logs:
         log_h, _ = cell(LoggingTensor(x), (h, c))
         log_h.sum().backward()
-    print(f"LoggingTensor input  -> records {[r.function for r in logs]} "
-          "(the forward is one fused call)")
+    print(
+        f"LoggingTensor input  -> records {[r.function for r in logs]} "
+        "(the forward is one fused call)"
+    )
 
     d = ScalarTensor(batch, 0.5)  # a batch of one-hot rows scaled by 0.5
     scalar_h, _ = cell(d, (h, c))
     dense_h, _ = cell(d.tensor(), (h, c))
-    print(f"ScalarTensor input (0.5 * I_{batch} as a batch of {batch} one-hot rows) -> "
-          f"equals the dense input: {torch.equal(scalar_h, dense_h)} (no lltm handler: the "
-          "fallback forms the dense matrix)")
+    print(
+        f"ScalarTensor input (0.5 * I_{batch} as a batch of {batch} one-hot rows) -> "
+        f"equals the dense input: {torch.equal(scalar_h, dense_h)} (no lltm handler: the "
+        "fallback forms the dense matrix)"
+    )
 
 
 def coverage_counts() -> None:
@@ -128,16 +147,21 @@ def coverage_counts() -> None:
     for cls in TYPES:
         c = coverage.report(cls, samples=False).counts()
         print(f"  {cls.__name__:<16} {c['handled']:>8} {c['fallback']:>9} {c['refused']:>8}")
-    print("checked on PyTorch's own operator samples by python -m tensortools.coverage TYPE "
-          "(docs/coverage.md)")
+    print(
+        "checked on PyTorch's own operator samples by python -m tensortools.coverage TYPE "
+        "(docs/coverage.md)"
+    )
 
 
 def lltm_timings(quick: bool) -> None:
     _section(7, "Timings: the LLTM (float32, CPU) and the per-call cost of each type")
     print(f"machine: {bench.machine_summary()}")
-    rows = bench.lltm_rows(bench.LLTM_SIZES[:2], compile=not quick,
-                           min_run_time=0.1 if quick else 0.2,
-                           rounds=2 if quick else 3)
+    rows = bench.lltm_rows(
+        bench.LLTM_SIZES[:2],
+        compile=not quick,
+        min_run_time=0.1 if quick else 0.2,
+        rounds=2 if quick else 3,
+    )
     print(bench.format_table(rows))
     print("speed-up = reference (eager) median / variant median")
     print()
@@ -148,12 +172,13 @@ def lltm_timings(quick: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tensortools.demo", description=__doc__)
-    parser.add_argument("--quick", action="store_true",
-                        help="short timings, without torch.compile")
+    parser.add_argument("--quick", action="store_true", help="short timings, without torch.compile")
     args = parser.parse_args(argv)
     bench.quiet_profiler()
-    print(f"tensortools {tensortools.__version__} (torch {torch.__version__}, "
-          f"{'with' if tensortools.with_cuda else 'without'} CUDA kernels)")
+    print(
+        f"tensortools {tensortools.__version__} (torch {torch.__version__}, "
+        f"{'with' if tensortools.with_cuda else 'without'} CUDA kernels)"
+    )
     scalar_tensor()
     metadata_tensor()
     logging_tensor()

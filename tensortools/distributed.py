@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from tensortools.types import MetadataTensor
+from tensortools.types.metadata_tensor import metadata_of
 
 __all__ = ["all_gather"]
 
@@ -43,15 +44,16 @@ def all_gather(tensor: Tensor, group: dist.ProcessGroup | None = None) -> list[T
     unpickles what the other ranks send: use it only among ranks that trust each other.
     """
     if not isinstance(tensor, Tensor):
-        raise TypeError("tensortools.distributed.all_gather: 'tensor' must be a "
-                        f"torch.Tensor, got {type(tensor).__name__}")
+        raise TypeError(
+            "tensortools.distributed.all_gather: 'tensor' must be a "
+            f"torch.Tensor, got {type(tensor).__name__}"
+        )
     with torch._C.DisableTorchFunctionSubclass():
         data = tensor.as_subclass(Tensor).contiguous()
     payload: bytes | str | None = None
     if isinstance(tensor, MetadataTensor):
-        # A tensor made a MetadataTensor by as_subclass may have no dict yet.
         try:
-            payload = pickle.dumps(dict(tensor.__dict__.get("metadata") or {}))
+            payload = pickle.dumps(dict(metadata_of(tensor) or {}))
         except Exception as err:  # sent as text, so every rank can raise it
             payload = f"{type(err).__name__}: {err}"
 
@@ -63,18 +65,23 @@ def all_gather(tensor: Tensor, group: dist.ProcessGroup | None = None) -> list[T
     gathered = [torch.empty_like(data) for _ in range(world_size)]
     dist.all_gather(gathered, data, group=group)
     kind = type(tensor) if isinstance(tensor, MetadataTensor) else MetadataTensor
-    return [t if payload is None else kind.wrap(t, pickle.loads(payload))
-            for t, (_, _, payload) in zip(gathered, infos)]
+    return [
+        t if payload is None else kind.wrap(t, pickle.loads(payload))
+        for t, (_, _, payload) in zip(gathered, infos)
+    ]
 
 
 def _check(infos: list) -> None:
     """Raise, on every rank alike, what makes the gathered (shape, dtype, payload) unfit."""
     for rank, (_, _, payload) in enumerate(infos):
         if isinstance(payload, str):
-            raise TypeError("tensortools.distributed.all_gather: the metadata of 'tensor' "
-                            f"on rank {rank} cannot be pickled ({payload})")
+            raise TypeError(
+                "tensortools.distributed.all_gather: the metadata of 'tensor' "
+                f"on rank {rank} cannot be pickled ({payload})"
+            )
     if len({(shape, dtype) for shape, dtype, _ in infos}) > 1:
-        found = ", ".join(f"rank {r}: {shape} {dtype}"
-                          for r, (shape, dtype, _) in enumerate(infos))
-        raise ValueError("tensortools.distributed.all_gather: 'tensor' must have the same "
-                         f"shape and dtype on every rank, got {found}")
+        found = ", ".join(f"rank {r}: {shape} {dtype}" for r, (shape, dtype, _) in enumerate(infos))
+        raise ValueError(
+            "tensortools.distributed.all_gather: 'tensor' must have the same "
+            f"shape and dtype on every rank, got {found}"
+        )

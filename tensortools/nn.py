@@ -37,14 +37,14 @@ class LLTM(torch.nn.Module):
     ``forward(input, (h, c))`` takes input B×F and h, c B×S; returns ``(new_h, new_cell)``.
     """
 
-    def __init__(self, input_features: int, state_size: int, *, device=None,
-                 dtype=None) -> None:
+    def __init__(self, input_features: int, state_size: int, *, device=None, dtype=None) -> None:
         super().__init__()
         self.input_features = _positive_int("LLTM", "input_features", input_features)
         self.state_size = _positive_int("LLTM", "state_size", state_size)
         factory = {"device": device, "dtype": dtype}
         self.weights = torch.nn.Parameter(
-            torch.empty(3 * state_size, state_size + input_features, **factory))
+            torch.empty(3 * state_size, state_size + input_features, **factory)
+        )
         self.bias = torch.nn.Parameter(torch.empty(3 * state_size, **factory))
         self.reset_parameters()
 
@@ -68,8 +68,9 @@ class GraphConv(torch.nn.Module):
     (zeros) or absent. ``forward(adj, x)``: adj N×N (dense or sparse), x N×in_features.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, *, device=None, dtype=None
+    ) -> None:
         super().__init__()
         self.in_features = _positive_int("GraphConv", "in_features", in_features)
         self.out_features = _positive_int("GraphConv", "out_features", out_features)
@@ -87,8 +88,10 @@ class GraphConv(torch.nn.Module):
         return ops.graph_conv(adj, x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}")
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}"
+        )
 
 
 class FusedConvBN2d(torch.nn.Module):
@@ -104,11 +107,21 @@ class FusedConvBN2d(torch.nn.Module):
     there rather than stored. ``forward(input)``: N×in_channels×H×W.
     """
 
-    def __init__(self, in_channels: int, out_channels: int,
-                 kernel_size: int | tuple[int, int], stride: int | tuple[int, int] = 1,
-                 padding: int | tuple[int, int] = 0, eps: float = 1e-5,
-                 momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, *, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] = 0,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        *,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         name = "FusedConvBN2d"
         self.in_channels = _positive_int(name, "in_channels", in_channels)
@@ -120,7 +133,8 @@ class FusedConvBN2d(torch.nn.Module):
         self.affine, self.track_running_stats = affine, track_running_stats
         factory = {"device": device, "dtype": dtype}
         self.weight = torch.nn.Parameter(
-            torch.empty(out_channels, in_channels, *self.kernel_size, **factory))
+            torch.empty(out_channels, in_channels, *self.kernel_size, **factory)
+        )
         if affine:
             self.gamma = torch.nn.Parameter(torch.empty(out_channels, **factory))
             self.beta = torch.nn.Parameter(torch.empty(out_channels, **factory))
@@ -130,8 +144,9 @@ class FusedConvBN2d(torch.nn.Module):
         if track_running_stats:
             self.register_buffer("running_mean", torch.zeros(out_channels, **factory))
             self.register_buffer("running_var", torch.ones(out_channels, **factory))
-            self.register_buffer("num_batches_tracked",
-                                 torch.tensor(0, dtype=torch.long, device=device))
+            self.register_buffer(
+                "num_batches_tracked", torch.tensor(0, dtype=torch.long, device=device)
+            )
         else:
             for buffer in ("running_mean", "running_var", "num_batches_tracked"):
                 self.register_buffer(buffer, None)
@@ -141,19 +156,39 @@ class FusedConvBN2d(torch.nn.Module):
     def from_modules(cls, conv: torch.nn.Conv2d, bn: torch.nn.BatchNorm2d) -> FusedConvBN2d:
         """A module computing ``bn(conv(x))``, with copies of their parameters and buffers.
         ``conv`` must have no bias, dilation 1, one group and zero padding mode."""
-        if (conv.bias is not None or conv.dilation != (1, 1) or conv.groups != 1
-                or conv.padding_mode != "zeros" or isinstance(conv.padding, str)):
-            raise ValueError("FusedConvBN2d.from_modules: 'conv' must have bias=False, "
-                             "dilation 1, groups 1 and numeric zero padding")
+        if (
+            conv.bias is not None
+            or conv.dilation != (1, 1)
+            or conv.groups != 1
+            or conv.padding_mode != "zeros"
+            or isinstance(conv.padding, str)
+        ):
+            raise ValueError(
+                "FusedConvBN2d.from_modules: 'conv' must have bias=False, "
+                "dilation 1, groups 1 and numeric zero padding"
+            )
         if bn.num_features != conv.out_channels:
-            raise ValueError(f"FusedConvBN2d.from_modules: 'bn' has {bn.num_features} "
-                             f"features but 'conv' has {conv.out_channels} out_channels")
-        fused = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride,
-                    conv.padding, bn.eps, bn.momentum, bn.affine, bn.track_running_stats,
-                    device=conv.weight.device, dtype=conv.weight.dtype)
+            raise ValueError(
+                f"FusedConvBN2d.from_modules: 'bn' has {bn.num_features} "
+                f"features but 'conv' has {conv.out_channels} out_channels"
+            )
+        fused = cls(
+            conv.in_channels,
+            conv.out_channels,
+            conv.kernel_size,
+            conv.stride,
+            conv.padding,
+            bn.eps,
+            bn.momentum,
+            bn.affine,
+            bn.track_running_stats,
+            device=conv.weight.device,
+            dtype=conv.weight.dtype,
+        )
         state = {"weight": conv.weight}
-        state.update({{"weight": "gamma", "bias": "beta"}.get(k, k): v
-                      for k, v in bn.state_dict().items()})
+        state.update(
+            {{"weight": "gamma", "bias": "beta"}.get(k, k): v for k, v in bn.state_dict().items()}
+        )
         fused.load_state_dict(state)
         fused.train(bn.training)
         return fused
@@ -178,16 +213,26 @@ class FusedConvBN2d(torch.nn.Module):
         use_batch = self.training or self.running_mean is None
         keep_stats = not self.training or self.track_running_stats
         out = ops.fused_conv_bn2d(
-            input, self.weight, self.running_mean if keep_stats else None,
-            self.running_var if keep_stats else None, self.gamma, self.beta,
-            stride=self.stride, padding=self.padding, training=use_batch,
-            momentum=momentum, eps=self.eps)
+            input,
+            self.weight,
+            self.running_mean if keep_stats else None,
+            self.running_var if keep_stats else None,
+            self.gamma,
+            self.beta,
+            stride=self.stride,
+            padding=self.padding,
+            training=use_batch,
+            momentum=momentum,
+            eps=self.eps,
+        )
         if counting:  # only a batch the forward accepted counts
             self.num_batches_tracked.add_(1)
         return out
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}, eps={self.eps}, "
-                f"momentum={self.momentum}, affine={self.affine}, "
-                f"track_running_stats={self.track_running_stats}")
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}, padding={self.padding}, eps={self.eps}, "
+            f"momentum={self.momentum}, affine={self.affine}, "
+            f"track_running_stats={self.track_running_stats}"
+        )

@@ -13,8 +13,9 @@ from torch import Tensor
 __all__ = ["axpby", "fused_conv_bn2d", "graph_conv", "lltm"]
 
 
-def lltm(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
-         old_cell: Tensor) -> tuple[Tensor, Tensor]:
+def lltm(
+    input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor, old_cell: Tensor
+) -> tuple[Tensor, Tensor]:
     """One LLTM step. Shapes: input B×F, weights 3S×(S+F), bias 3S, old_h and old_cell B×S.
 
     Returns ``(new_h, new_cell)``, both B×S.
@@ -41,11 +42,19 @@ def graph_conv(adj: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None) -> T
     return out if bias is None else out + bias
 
 
-def fused_conv_bn2d(input: Tensor, weight: Tensor, running_mean: Tensor | None = None,
-                    running_var: Tensor | None = None, gamma: Tensor | None = None,
-                    beta: Tensor | None = None, stride: int | tuple[int, int] = 1,
-                    padding: int | tuple[int, int] = 0, training: bool = True,
-                    momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+def fused_conv_bn2d(
+    input: Tensor,
+    weight: Tensor,
+    running_mean: Tensor | None = None,
+    running_var: Tensor | None = None,
+    gamma: Tensor | None = None,
+    beta: Tensor | None = None,
+    stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, int] = 0,
+    training: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
     """batch_norm(conv2d(input, weight, stride=stride, padding=padding), ...), unfused."""
     z = F.conv2d(input, weight, None, stride, padding)
     return F.batch_norm(z, running_mean, running_var, gamma, beta, training, momentum, eps)

@@ -4,9 +4,7 @@ import pytest
 import torch
 from hypothesis import settings
 
-
 import tensortools
-
 
 # Property tests draw the same examples on every run (CI stays deterministic);
 # HYPOTHESIS_PROFILE=explore draws many new ones.
@@ -22,8 +20,9 @@ def cuda_usable() -> bool:
 def pytest_collection_modifyitems(config, items):
     if cuda_usable():
         return
-    reason = ("no CUDA GPU" if not torch.cuda.is_available()
-              else "tensortools was built without CUDA")
+    reason = (
+        "no CUDA GPU" if not torch.cuda.is_available() else "tensortools was built without CUDA"
+    )
     skip = pytest.mark.skip(reason=reason)
     for item in items:
         if "cuda" in item.keywords:

@@ -22,6 +22,7 @@ LAYOUTS = ("contiguous", "transposed", "strided", "expanded", "offset")
 class Kind:
     """How to make a fuzzed tensor: dtype, memory layout, whether special values
     (NaN, ±Inf, huge, tiny, subnormal, ±0, integer extremes) are mixed in, and a seed."""
+
     dtype: torch.dtype
     layout: str
     special: bool
@@ -30,8 +31,7 @@ class Kind:
     def make(self, *shape: int, device: str = "cpu") -> torch.Tensor:
         g = torch.Generator().manual_seed(self.seed)
         if self.layout == "expanded" and shape and shape[0] > 1:
-            return _on(_values((1, *shape[1:]), self.dtype, self.special, g), device
-                       ).expand(shape)
+            return _on(_values((1, *shape[1:]), self.dtype, self.special, g), device).expand(shape)
         return _lay_out(_on(_values(shape, self.dtype, self.special, g), device), self.layout)
 
 
@@ -92,19 +92,28 @@ def _lay_out(t: torch.Tensor, layout: str) -> torch.Tensor:
     return t
 
 
-def kinds(dtypes=ALL_DTYPES, special: bool | None = None,
-          prefer: tuple = ()) -> st.SearchStrategy[Kind]:
+def kinds(
+    dtypes=ALL_DTYPES, special: bool | None = None, prefer: tuple = ()
+) -> st.SearchStrategy[Kind]:
     """Kinds of tensor; dtypes in `prefer` are drawn about half the time."""
     dtype = st.sampled_from(dtypes)
     if prefer:
         dtype = st.one_of(st.sampled_from(prefer), dtype)
-    return st.builds(Kind, dtype, st.sampled_from(LAYOUTS),
-                     st.booleans() if special is None else st.just(special),
-                     st.integers(0, 2**31 - 1))
+    return st.builds(
+        Kind,
+        dtype,
+        st.sampled_from(LAYOUTS),
+        st.booleans() if special is None else st.just(special),
+        st.integers(0, 2**31 - 1),
+    )
 
 
 # Python numbers, from ordinary to hostile.
 numbers = st.one_of(
-    st.integers(-5, 5), st.floats(-10, 10), st.booleans(),
-    st.sampled_from([math.nan, math.inf, -math.inf, 1e300, -1e300, 5e-324, -0.0, 2**63,
-                     -2**63 - 1, 1 + 2j]))
+    st.integers(-5, 5),
+    st.floats(-10, 10),
+    st.booleans(),
+    st.sampled_from(
+        [math.nan, math.inf, -math.inf, 1e300, -1e300, 5e-324, -0.0, 2**63, -(2**63) - 1, 1 + 2j]
+    ),
+)

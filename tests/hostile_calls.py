@@ -6,9 +6,9 @@ its name and "ok" or the exception type. A crash (a signal) ends the process ear
 import sys
 
 import torch
+from sparse_cases import MALFORMED
 
 import tensortools  # noqa: F401
-from sparse_cases import MALFORMED
 from tensortools import MetadataTensor, ScalarTensor, ops
 
 T = torch.ops.tensortools
@@ -23,17 +23,27 @@ def bad_sparse():
 
 CALLS = {
     "lltm huge expanded batch": lambda: ops.lltm(
-        torch.zeros(1, 4).expand(big, 4), f(6, 6), f(6), torch.zeros(1, 2).expand(big, 2),
-        torch.zeros(1, 2).expand(big, 2)),
+        torch.zeros(1, 4).expand(big, 4),
+        f(6, 6),
+        f(6),
+        torch.zeros(1, 2).expand(big, 2),
+        torch.zeros(1, 2).expand(big, 2),
+    ),
     "lltm state overflows int32": lambda: ops.lltm(
-        f(1, 1), torch.zeros(1, 1).expand(3 * 2**31, 2**31 + 1), torch.zeros(1).expand(3 * 2**31),
-        torch.zeros(1, 1).expand(1, 2**31), torch.zeros(1, 1).expand(1, 2**31)),
+        f(1, 1),
+        torch.zeros(1, 1).expand(3 * 2**31, 2**31 + 1),
+        torch.zeros(1).expand(3 * 2**31),
+        torch.zeros(1, 1).expand(1, 2**31),
+        torch.zeros(1, 1).expand(1, 2**31),
+    ),
     "lltm_forward raw 1-d": lambda: T.lltm_forward(f(3), f(3), f(3), f(3), f(3)),
-    "lltm_backward raw mismatched": lambda: T.lltm_backward(f(2, 3), f(2, 3), f(2, 3), f(2, 9),
-                                                           f(2, 7), f(9, 5)),
+    "lltm_backward raw mismatched": lambda: T.lltm_backward(
+        f(2, 3), f(2, 3), f(2, 3), f(2, 9), f(2, 7), f(9, 5)
+    ),
     "lltm_backward raw empty": lambda: T.lltm_backward(*(torch.empty(0) for _ in range(6))),
     "add_diagonal 2^31 x 2^31 expanded": lambda: ops.add_diagonal(
-        torch.zeros(1, 1).expand(2**31, 2**31), 1.0),
+        torch.zeros(1, 1).expand(2**31, 2**31), 1.0
+    ),
     "add_diagonal raw value 1-d": lambda: T.add_diagonal(f(3, 3), f(1)),
     "scale raw value other dtype": lambda: T.scale(f(3), torch.tensor(1, dtype=torch.int64)),
     "scale_finite raw undefined-ish": lambda: T.scale_finite(torch.empty(0), torch.tensor(2.0)),
@@ -42,41 +52,68 @@ CALLS = {
     "axpby raw huge alpha": lambda: T.axpby(f(3), f(3), 1e308, -1e308),
     "graph_conv malformed sparse adj": lambda: ops.graph_conv(bad_sparse(), f(3, 2), f(2, 2)),
     "graph_conv raw wrong adj": lambda: T.graph_conv(f(2, 3), f(3, 2), f(2, 2), None),
-    "conv_bn stride 2^40": lambda: ops.fused_conv_bn2d(f(2, 1, 4, 4), f(1, 1, 2, 2),
-                                                       stride=big),
-    "conv_bn padding 2^62": lambda: ops.fused_conv_bn2d(f(2, 1, 4, 4), f(1, 1, 2, 2),
-                                                        padding=2**62),
-    "conv_bn raw stride 0": lambda: T.conv_bn2d_forward(f(2, 1, 4, 4), f(1, 1, 2, 2), None,
-                                                        None, [0, 0], [0, 0], 1e-5),
-    "conv_bn raw padding 2^62": lambda: T.conv_bn2d_forward(f(2, 1, 4, 4), f(1, 1, 2, 2), None,
-                                                            None, [1, 1], [2**62, 2**62], 1e-5),
-    "conv_bn raw negative eps": lambda: T.conv_bn2d_forward(f(2, 1, 4, 4), f(1, 1, 2, 2), None,
-                                                            None, [1, 1], [0, 0], -1.0),
+    "conv_bn stride 2^40": lambda: ops.fused_conv_bn2d(f(2, 1, 4, 4), f(1, 1, 2, 2), stride=big),
+    "conv_bn padding 2^62": lambda: ops.fused_conv_bn2d(
+        f(2, 1, 4, 4), f(1, 1, 2, 2), padding=2**62
+    ),
+    "conv_bn raw stride 0": lambda: T.conv_bn2d_forward(
+        f(2, 1, 4, 4), f(1, 1, 2, 2), None, None, [0, 0], [0, 0], 1e-5
+    ),
+    "conv_bn raw padding 2^62": lambda: T.conv_bn2d_forward(
+        f(2, 1, 4, 4), f(1, 1, 2, 2), None, None, [1, 1], [2**62, 2**62], 1e-5
+    ),
+    "conv_bn raw negative eps": lambda: T.conv_bn2d_forward(
+        f(2, 1, 4, 4), f(1, 1, 2, 2), None, None, [1, 1], [0, 0], -1.0
+    ),
     "conv_bn raw backward wrong stats": lambda: T.conv_bn2d_backward(
-        f(2, 1, 3, 3), f(2, 1, 4, 4), f(1, 1, 2, 2), None, f(5), f(5), [1, 1], [0, 0], 1e-5,
-        [True, True, True]),
+        f(2, 1, 3, 3),
+        f(2, 1, 4, 4),
+        f(1, 1, 2, 2),
+        None,
+        f(5),
+        f(5),
+        [1, 1],
+        [0, 0],
+        1e-5,
+        [True, True, True],
+    ),
     "conv_bn zero out channels": lambda: ops.fused_conv_bn2d(f(2, 1, 4, 4), f(0, 1, 2, 2)),
     "ScalarTensor huge N dense fallback": lambda: torch.sin(ScalarTensor(2**62, 1.0)),
-    "ScalarTensor huge N structured": lambda: torch.add(ScalarTensor(2**62, 1.0),
-                                                        ScalarTensor(2**62, 2.0)),
+    "ScalarTensor huge N structured": lambda: torch.add(
+        ScalarTensor(2**62, 1.0), ScalarTensor(2**62, 2.0)
+    ),
     "ScalarTensor huge N mean": lambda: torch.mean(ScalarTensor(2**62, 1.0)),
     "ScalarTensor N 2^64": lambda: ScalarTensor(2**64, 1.0).shape,
-    "ScalarTensor @ huge expanded": lambda: ScalarTensor(2**31, 2.0) @ torch.ones(1, 1).expand(
-        2**31, 2**31),
+    "ScalarTensor @ huge expanded": lambda: (
+        ScalarTensor(2**31, 2.0) @ torch.ones(1, 1).expand(2**31, 2**31)
+    ),
     "MetadataTensor self-referencing metadata": lambda: repr(_cyclic()),
     "MetadataTensor metadata not a dict": lambda: MetadataTensor(f(2), metadata=[1, 2]),
     "conv_bn raw backward grad on meta": lambda: T.conv_bn2d_backward(
-        f(2, 1, 3, 3, device="meta"), f(2, 1, 4, 4), f(1, 1, 2, 2), None, f(1), f(1), [1, 1],
-        [0, 0], 1e-5, [True, True, True]),
+        f(2, 1, 3, 3, device="meta"),
+        f(2, 1, 4, 4),
+        f(1, 1, 2, 2),
+        None,
+        f(1),
+        f(1),
+        [1, 1],
+        [0, 0],
+        1e-5,
+        [True, True, True],
+    ),
     "conv_bn zero in channels compiled": lambda: torch.compile(
-        ops.fused_conv_bn2d, backend="aot_eager")(f(2, 0, 4, 4), f(3, 0, 2, 2)),
+        ops.fused_conv_bn2d, backend="aot_eager"
+    )(f(2, 0, 4, 4), f(3, 0, 2, 2)),
 }
 # A malformed sparse adjacency, each for graph_conv (and its raw operator): refused.
-SPARSE = {f"graph_conv {name}": (lambda make=make: ops.graph_conv(make(), f(4, 3), f(3, 2)))
-          for name, make in MALFORMED.items()}
-SPARSE |= {f"graph_conv raw {name}": (lambda make=make: T.graph_conv(make(), f(4, 3), f(3, 2),
-                                                                      None))
-           for name, make in MALFORMED.items()}
+SPARSE = {
+    f"graph_conv {name}": (lambda make=make: ops.graph_conv(make(), f(4, 3), f(3, 2)))
+    for name, make in MALFORMED.items()
+}
+SPARSE |= {
+    f"graph_conv raw {name}": (lambda make=make: T.graph_conv(make(), f(4, 3), f(3, 2), None))
+    for name, make in MALFORMED.items()
+}
 CALLS |= SPARSE
 
 

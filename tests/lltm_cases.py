@@ -7,8 +7,7 @@ import tensortools
 NAMES = ("input", "weights", "bias", "old_h", "old_cell")
 
 
-def make_args(batch, features, state, *, dtype=torch.float64, device="cpu",
-              requires_grad=False):
+def make_args(batch, features, state, *, dtype=torch.float64, device="cpu", requires_grad=False):
     """(input, weights, bias, old_h, old_cell) with the LLTM shapes, as leaves."""
     g = {"dtype": dtype, "device": device}
     args = (
@@ -30,8 +29,10 @@ def run(fn, args, grads):
 
 
 def random_grads(batch, state, *, dtype=torch.float64, device="cpu"):
-    return (torch.randn(batch, state, dtype=dtype, device=device),
-            torch.randn(batch, state, dtype=dtype, device=device))
+    return (
+        torch.randn(batch, state, dtype=dtype, device=device),
+        torch.randn(batch, state, dtype=dtype, device=device),
+    )
 
 
 def compare(args, grads, **tol):

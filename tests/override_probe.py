@@ -4,20 +4,36 @@ as PyTorch's own override tests do, to see that the call reaches the type."""
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.testing._internal.generated.annotated_fn_args import annotated_args
 
 # Example values for the argument types of annotated_args.
 _VALUES = {
-    "int64_t": 1, "SymInt": 1, "double": 1.0, "bool": False, "Scalar": 1,
-    "IntArrayRef": [1, 1], "SymIntArrayRef": [1, 1], "ScalarType": torch.float32,
-    "Layout": torch.strided, "Device": "cpu", "MemoryFormat": torch.contiguous_format,
-    "c10::string_view": "mean", "Dimname": "a", "DimnameList": ["a"],
+    "int64_t": 1,
+    "SymInt": 1,
+    "double": 1.0,
+    "bool": False,
+    "Scalar": 1,
+    "IntArrayRef": [1, 1],
+    "SymIntArrayRef": [1, 1],
+    "ScalarType": torch.float32,
+    "Layout": torch.strided,
+    "Device": "cpu",
+    "MemoryFormat": torch.contiguous_format,
+    "c10::string_view": "mean",
+    "Dimname": "a",
+    "DimnameList": ["a"],
 }
-_TENSOR_LISTS = ("TensorList", "ITensorListRef", "const ITensorListRef &",
-                 "c10::List<::std::optional<Tensor>>", "::std::optional<TensorList>")
+_TENSOR_LISTS = (
+    "TensorList",
+    "ITensorListRef",
+    "const ITensorListRef &",
+    "c10::List<::std::optional<Tensor>>",
+    "::std::optional<TensorList>",
+)
 
 
 class Reached(Exception):
@@ -55,9 +71,12 @@ def example_args(func: Callable, override: Callable, instance: Any) -> list | No
                 return None
         return args
     params = inspect.signature(override).parameters.values()
-    return [instance for p in params
-            if (p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
-            or p.kind == p.VAR_POSITIONAL]
+    return [
+        instance
+        for p in params
+        if (p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+        or p.kind == p.VAR_POSITIONAL
+    ]
 
 
 def call_through(func: Callable, args: list, instance: Any) -> str:
@@ -67,17 +86,22 @@ def call_through(func: Callable, args: list, instance: Any) -> str:
     if not isinstance(instance, torch.Tensor) and args and args[0] is instance:
         # A tensor-like that is not a Tensor meets Tensor methods as its own attributes.
         owner = getattr(func, "__self__", None)
-        name = getattr(owner if isinstance(owner, type(torch.Tensor.T)) else func,
-                       "__name__", None)
-        if name and (getattr(torch.Tensor, name, None) is func or
-                     getattr(getattr(torch.Tensor, name, None), "__get__", None) == func):
+        name = getattr(owner if isinstance(owner, type(torch.Tensor.T)) else func, "__name__", None)
+        if name and (
+            getattr(torch.Tensor, name, None) is func
+            or getattr(getattr(torch.Tensor, name, None), "__get__", None) == func
+        ):
             if name in type(instance).__dict__ or any(
-                    name in k.__dict__ for k in type(instance).__mro__[1:-1]
-                    if k.__module__.startswith("tensortools.types")):
+                name in k.__dict__
+                for k in type(instance).__mro__[1:-1]
+                if k.__module__.startswith("tensortools.types")
+            ):
                 return "own"
             try:
                 attr = getattr(instance, name)
-                if callable(attr) and not isinstance(getattr(torch.Tensor, name), type(torch.Tensor.T)):
+                if callable(attr) and not isinstance(
+                    getattr(torch.Tensor, name), type(torch.Tensor.T)
+                ):
                     attr(*args[1:])
             except Reached:
                 return "reached"

@@ -18,8 +18,9 @@ def assert_same(got, want, exact):
     # operand it is: there the 2-element probe and the dense matrix may differ in the
     # last bit.
     if exact and want.dtype in (torch.float16, torch.bfloat16):
-        torch.testing.assert_close(got, want, rtol=torch.finfo(want.dtype).eps, atol=0,
-                                   equal_nan=True)
+        torch.testing.assert_close(
+            got, want, rtol=torch.finfo(want.dtype).eps, atol=0, equal_nan=True
+        )
     elif exact and not want.dtype.is_complex:
         torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
     else:  # reductions: the dense sum's order of additions may differ by rounding

@@ -14,7 +14,8 @@ from tensortools.bench.scalar import format_scalar_table, scalar_rows
 def test_lltm_rows_cover_every_variant_and_phase():
     rows = bench.lltm_rows([(2, 3, 4)], compile=False, min_run_time=0.01, input_sets=2)
     assert {(r.variant, r.phase) for r in rows} == {
-        (v, p) for v in ("reference (eager)", "tensortools op") for p in bench.PHASES}
+        (v, p) for v in ("reference (eager)", "tensortools op") for p in bench.PHASES
+    }
     assert all(r.median_us > 0 and r.runs >= 1 and r.size == (2, 3, 4) for r in rows)
     table = bench.format_table(rows)
     assert table.count("\n") == len(rows)
@@ -22,9 +23,10 @@ def test_lltm_rows_cover_every_variant_and_phase():
 
 
 def test_lltm_kernel_counts():
-    rows = {(r.variant, r.phase): r.kernels
-            for r in bench.lltm_rows([(2, 3, 4)], compile=False, min_run_time=0.01,
-                                     rounds=1)}
+    rows = {
+        (r.variant, r.phase): r.kernels
+        for r in bench.lltm_rows([(2, 3, 4)], compile=False, min_run_time=0.01, rounds=1)
+    }
     # the fused op is one operator call each way
     assert rows["tensortools op", "forward"] == 1
     assert rows["tensortools op", "backward"] == 1
@@ -32,7 +34,8 @@ def test_lltm_kernel_counts():
     assert eager > 6  # cat, addmm, then each activation and product separately
     assert rows["reference (eager)", "backward"] > eager
     assert rows["reference (eager)", "forward+backward"] == (
-        eager + rows["reference (eager)", "backward"])
+        eager + rows["reference (eager)", "backward"]
+    )
 
 
 def test_kernel_count_leaves_out_views_and_nested_calls():
@@ -45,9 +48,28 @@ def test_kernel_count_leaves_out_views_and_nested_calls():
 def test_bench_command_writes_json_and_plot(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     out, image = tmp_path / "rows.json", tmp_path / "bench.png"
-    assert bench_main(["--size", "2/3/4", "--no-compile", "--conv-bn-batch", "2",
-                       "--scalar-size", "4", "--min-run-time", "0.01", "--rounds", "1",
-                       "--json", str(out), "--plot", str(image)]) == 0
+    assert (
+        bench_main(
+            [
+                "--size",
+                "2/3/4",
+                "--no-compile",
+                "--conv-bn-batch",
+                "2",
+                "--scalar-size",
+                "4",
+                "--min-run-time",
+                "0.01",
+                "--rounds",
+                "1",
+                "--json",
+                str(out),
+                "--plot",
+                str(image),
+            ]
+        )
+        == 0
+    )
     data = json.loads(out.read_text())
     assert data["machine"] and len(data["lltm"]) == 6 and len(data["conv_bn"]) == 2
     assert len(data["scalar"]) == 9 and len(data["dispatch"]) == 26
@@ -61,11 +83,16 @@ def test_bench_command_writes_json_and_plot(tmp_path, capsys):
 def test_scalar_rows_compare_structured_with_dense():
     rows = scalar_rows((8,), min_run_time=0.01, rounds=1)
     assert {(r.phase, r.variant) for r in rows} == {
-        ("d @ x", "ScalarTensor (structured)"), ("d @ x", "dense matrix"),
+        ("d @ x", "ScalarTensor (structured)"),
+        ("d @ x", "dense matrix"),
         ("d @ x", "dense, eye * value formed per call"),
-        ("x + d", "ScalarTensor (structured)"), ("x + d", "dense matrix"),
-        ("d @ d", "ScalarTensor (structured)"), ("d @ d", "dense matrix"),
-        ("inverse(d)", "ScalarTensor (structured)"), ("inverse(d)", "dense matrix")}
+        ("x + d", "ScalarTensor (structured)"),
+        ("x + d", "dense matrix"),
+        ("d @ d", "ScalarTensor (structured)"),
+        ("d @ d", "dense matrix"),
+        ("inverse(d)", "ScalarTensor (structured)"),
+        ("inverse(d)", "dense matrix"),
+    }
     table = format_scalar_table(rows)
     assert sum(line.endswith("x") for line in table.splitlines()) == 5  # one per dense row
 
@@ -98,9 +125,15 @@ def test_demo_tells_the_story(capsys, monkeypatch):
 def test_dispatch_rows_cover_every_type():
     rows = bench.dispatch_rows(sizes=(1, 8), min_run_time=0.01, rounds=1)
     variants = {r.variant for r in rows}
-    assert {"plain Tensor", "protocol only (no work)", "pass-through subclass",
-            "MetadataTensor", "ScalarTensor", "LoggingTensor (no listener)",
-            "LoggingTensor (capturing)"} == variants
+    assert {
+        "plain Tensor",
+        "protocol only (no work)",
+        "pass-through subclass",
+        "MetadataTensor",
+        "ScalarTensor",
+        "LoggingTensor (no listener)",
+        "LoggingTensor (capturing)",
+    } == variants
     # torch.add and torch.sin for each type but the capturing logger (add only), per size
     assert len(rows) == 2 * (6 * 2 + 1)
     assert all(r.median_us > 0 for r in rows)

@@ -39,8 +39,14 @@ def test_jit_path_compiles_same_sources_and_says_so():
         "print('jit ok')\n"
     )
     env = {**os.environ, "TENSORTOOLS_JIT": "1", "MAX_JOBS": os.environ.get("MAX_JOBS", "2")}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "jit ok" in proc.stdout
     assert "TENSORTOOLS_JIT is set, compiling" in proc.stderr
@@ -52,12 +58,17 @@ def test_every_cuda_source_compiles(tmp_path):
     # CI has nvcc but no GPU and a CPU torch: compiling each .cu file here keeps the CUDA
     # kernels from rotting unnoticed between runs on a GPU machine.
     sources = _extension.cuda_sources()
-    assert {s.name for s in sources} >= {"lltm_kernel.cu", "conv_bn2d_kernel.cu",
-                                         "axpby_kernel.cu", "scalar_ops_kernel.cu"}
+    assert {s.name for s in sources} >= {
+        "lltm_kernel.cu",
+        "conv_bn2d_kernel.cu",
+        "axpby_kernel.cu",
+        "scalar_ops_kernel.cu",
+    }
 
     def compile_one(source):
-        cmd = _extension.nvcc_check_command(source, tmp_path / f"{source.stem}.o",
-                                            tmp_path / "shim")
+        cmd = _extension.nvcc_check_command(
+            source, tmp_path / f"{source.stem}.o", tmp_path / "shim"
+        )
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
         return source.name, proc.returncode, proc.stderr
 

@@ -27,8 +27,9 @@ def test_static_classification_follows_table_and_policy():
     assert by_name["torch.Tensor.__radd__"].outcome == "handled"
     assert by_name["torch.exp"].outcome == "fallback"
     counts = rep.counts()
-    assert counts["handled"] == sum(ScalarTensor.handler_for(f) is not None
-                                    for _, f in coverage.overridable_functions())
+    assert counts["handled"] == sum(
+        ScalarTensor.handler_for(f) is not None for _, f in coverage.overridable_functions()
+    )
     with ScalarTensor.using_policy("strict"):
         strict = coverage.report(ScalarTensor, samples=False).counts()
     assert strict["refused"] == counts["fallback"] and strict["fallback"] == 0
@@ -38,8 +39,13 @@ def test_check_sample_judges_against_plain_results():
     x = torch.randn(3, 3)
     ok = coverage.check_sample(MetadataTensor, torch.sin, x, (), {})
     assert ok.result == "correct"
-    bad = coverage.check_sample(MetadataTensor, lambda t: t.as_subclass(torch.Tensor) + 1
-                                if isinstance(t, MetadataTensor) else t + 2, x, (), {})
+    bad = coverage.check_sample(
+        MetadataTensor,
+        lambda t: t.as_subclass(torch.Tensor) + 1 if isinstance(t, MetadataTensor) else t + 2,
+        x,
+        (),
+        {},
+    )
     assert bad.result == "wrong"
     err = coverage.check_sample(LoggingTensor, lambda t: t.reshape(5), x, (), {})
     assert err is None  # the plain call fails too: nothing to compare
@@ -86,5 +92,7 @@ def test_docs_coverage_is_current():
     text = (Path(__file__).resolve().parent.parent / "docs" / "coverage.md").read_text()
     for cls in (ScalarTensor, MetadataTensor, LoggingTensor):
         c = coverage.report(cls, samples=False).counts()
-        assert (f"Functions: {c['handled']} handled by a table entry, {c['fallback']} served "
-                f"by the fallback, {c['refused']} refused with a TypeError.") in text, cls
+        assert (
+            f"Functions: {c['handled']} handled by a table entry, {c['fallback']} served "
+            f"by the fallback, {c['refused']} refused with a TypeError."
+        ) in text, cls

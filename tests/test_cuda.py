@@ -16,8 +16,13 @@ HALF_TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 2e-2, torch.float32: 1e-5
 def _lltm_args(batch, features, state, dtype=F64, device="cpu"):
     g = {"dtype": dtype, "device": device}
     weights = torch.randn(3 * state, state + features, **g) / (state + features) ** 0.5
-    return [torch.randn(batch, features, **g), weights, torch.randn(3 * state, **g),
-            torch.randn(batch, state, **g), torch.randn(batch, state, **g)]
+    return [
+        torch.randn(batch, features, **g),
+        weights,
+        torch.randn(3 * state, **g),
+        torch.randn(batch, state, **g),
+        torch.randn(batch, state, **g),
+    ]
 
 
 def _to(args, **kw):
@@ -68,14 +73,19 @@ def test_gradcheck_every_op_on_cuda():
     m, v = torch.randn(4, 4, **d), torch.tensor(1.5, **d)
     assert torch.autograd.gradcheck(ops.add_diagonal, (m, v))
     assert torch.autograd.gradcheck(ops.scale, (m, v))
-    adj, xs, w, b = (torch.randn(5, 5, **d), torch.randn(5, 3, **d), torch.randn(3, 4, **d),
-                     torch.randn(4, **d))
+    adj, xs, w, b = (
+        torch.randn(5, 5, **d),
+        torch.randn(5, 3, **d),
+        torch.randn(3, 4, **d),
+        torch.randn(4, **d),
+    )
     assert torch.autograd.gradcheck(ops.graph_conv, (adj, xs, w, b))
     xi, wi = torch.randn(2, 2, 5, 5, **d), torch.randn(3, 2, 3, 3, **d)
     gamma, beta = torch.rand(3, **d), torch.randn(3, **d)
     assert torch.autograd.gradcheck(
         lambda *a: ops.fused_conv_bn2d(a[0], a[1], None, None, a[2], a[3], 1, 1),
-        (xi, wi, gamma, beta))
+        (xi, wi, gamma, beta),
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
@@ -118,18 +128,24 @@ def test_axpby_and_scalar_kernels_match_cpu():
     y = torch.randn(4, 5, dtype=F64)[:, ::1]
     yt = torch.randn(5, 4, dtype=F64).t()
     for a, b in ((x, y), (x, yt), (y, y), (torch.randn((), dtype=F64), y)):
-        torch.testing.assert_close(ops.axpby(a.cuda(), b.cuda(), 2.0, -0.5).cpu(),
-                                   reference.axpby(a, b, 2.0, -0.5), rtol=0, atol=1e-15)
+        torch.testing.assert_close(
+            ops.axpby(a.cuda(), b.cuda(), 2.0, -0.5).cpu(),
+            reference.axpby(a, b, 2.0, -0.5),
+            rtol=0,
+            atol=1e-15,
+        )
     for dtype in (torch.float16, torch.bfloat16):
         got = ops.axpby(x.to("cuda", dtype), y.to("cuda", dtype), 2.0, -0.5)
         torch.testing.assert_close(got.cpu(), reference.axpby(x, y, 2.0, -0.5).to(dtype))
     m = torch.randn(2, 4, 4, dtype=F64)
-    torch.testing.assert_close(ops.add_diagonal(m.cuda(), 2.5).cpu(), ops.add_diagonal(m, 2.5),
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        ops.add_diagonal(m.cuda(), 2.5).cpu(), ops.add_diagonal(m, 2.5), rtol=0, atol=0
+    )
     torch.testing.assert_close(ops.scale(m.cuda(), 2.5).cpu(), ops.scale(m, 2.5), rtol=0, atol=0)
     ints = torch.arange(16).reshape(4, 4)
-    torch.testing.assert_close(ops.add_diagonal(ints.cuda(), 3).cpu(), ints + 3 * torch.eye(
-        4, dtype=torch.long))
+    torch.testing.assert_close(
+        ops.add_diagonal(ints.cuda(), 3).cpu(), ints + 3 * torch.eye(4, dtype=torch.long)
+    )
     d = ScalarTensor(4, 2.0, dtype=F64, device="cuda")
     torch.testing.assert_close((d @ m[0].cuda()).cpu(), 2.0 * m[0])
 
@@ -137,8 +153,7 @@ def test_axpby_and_scalar_kernels_match_cpu():
 @pytest.mark.parametrize("layout", ["dense", "coo", "csr"])
 def test_graph_conv_cuda_matches_cpu(layout):
     adj = (torch.rand(7, 7) < 0.4).double() * torch.rand(7, 7, dtype=F64)
-    x, w, b = torch.randn(7, 3, dtype=F64), torch.randn(3, 5, dtype=F64), torch.randn(5,
-                                                                                     dtype=F64)
+    x, w, b = torch.randn(7, 3, dtype=F64), torch.randn(3, 5, dtype=F64), torch.randn(5, dtype=F64)
     a = adj.cuda()
     a = a.to_sparse() if layout == "coo" else a.to_sparse_csr() if layout == "csr" else a
     got = ops.graph_conv(a, x.cuda(), w.cuda(), b.cuda())
@@ -178,8 +193,11 @@ def test_kernels_run_on_a_side_stream_and_current_device():
 def test_compile_modules_on_cuda(backend):
     torch._dynamo.reset()
     cell = nn.LLTM(32, 64, device="cuda")
-    x, h, c = (torch.randn(8, 32, device="cuda"), torch.randn(8, 64, device="cuda"),
-               torch.randn(8, 64, device="cuda"))
+    x, h, c = (
+        torch.randn(8, 32, device="cuda"),
+        torch.randn(8, 64, device="cuda"),
+        torch.randn(8, 64, device="cuda"),
+    )
     compiled = torch.compile(cell, fullgraph=True, backend=backend)
     for a, b in zip(compiled(x, (h, c)), cell(x, (h, c))):
         torch.testing.assert_close(a, b)
@@ -187,5 +205,6 @@ def test_compile_modules_on_cuda(backend):
     twin = nn.FusedConvBN2d(3, 4, 3, padding=1, device="cuda")
     twin.load_state_dict(layer.state_dict())
     img = torch.randn(2, 3, 8, 8, device="cuda")
-    torch.testing.assert_close(torch.compile(twin, fullgraph=True, backend=backend)(img),
-                               layer(img))
+    torch.testing.assert_close(
+        torch.compile(twin, fullgraph=True, backend=backend)(img), layer(img)
+    )

@@ -25,8 +25,9 @@ def _check_batches(batches, batch_size=4):
         assert type(x) is MetadataTensor
         ids = x.metadata["id"]
         assert x.metadata["name"] == [f"s{i}" for i in ids]
-        torch.testing.assert_close(x.as_subclass(torch.Tensor),
-                                   torch.stack([torch.full((2, 3), float(i)) for i in ids]))
+        torch.testing.assert_close(
+            x.as_subclass(torch.Tensor), torch.stack([torch.full((2, 3), float(i)) for i in ids])
+        )
         assert torch.equal(label, torch.tensor([i % 2 for i in ids]))
         seen += ids
     assert sorted(seen) == list(range(10))
@@ -35,14 +36,16 @@ def _check_batches(batches, batch_size=4):
 def test_default_collate_lists_per_sample_metadata():
     batch = default_collate([MetadataTensor(torch.ones(2) * i, {"id": i}) for i in range(3)])
     assert type(batch) is MetadataTensor and batch.metadata == {"id": [0, 1, 2]}
-    torch.testing.assert_close(batch.as_subclass(torch.Tensor),
-                               torch.tensor([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]]))
+    torch.testing.assert_close(
+        batch.as_subclass(torch.Tensor), torch.tensor([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])
+    )
 
 
 def test_samples_with_different_keys_are_refused():
     with pytest.raises(ValueError, match="sample 1 has metadata keys"):
-        default_collate([MetadataTensor(torch.ones(1), {"a": 1}),
-                         MetadataTensor(torch.ones(1), {"b": 1})])
+        default_collate(
+            [MetadataTensor(torch.ones(1), {"a": 1}), MetadataTensor(torch.ones(1), {"b": 1})]
+        )
 
 
 def test_dataloader_in_process():

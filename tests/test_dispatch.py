@@ -22,14 +22,18 @@ class Box(TorchFunctionTable):
 def _fresh_box():
     class LocalBox(Box):
         pass
+
     return LocalBox
 
 
 def test_aliases_cover_method_and_operators():
     found = dict(aliases_of(torch.add))
     # torch computes t.__radd__(x) as torch.add(t, x): nothing to swap
-    assert found == {torch.Tensor.add: False, torch.Tensor.__add__: False,
-                     torch.Tensor.__radd__: False}
+    assert found == {
+        torch.Tensor.add: False,
+        torch.Tensor.__add__: False,
+        torch.Tensor.__radd__: False,
+    }
     assert torch.Tensor.__rsub__ in dict(aliases_of(torch.sub))
     assert dict(aliases_of(torch.matmul))[torch.Tensor.__rmatmul__] is True
     assert aliases_of(torch.nn.functional.relu) == []  # not in the torch namespace
@@ -121,6 +125,7 @@ def test_several_types_follow_torch_rules():
             def __torch_function__(cls, func, types, args=(), kwargs=None):
                 order.append(name)
                 return answer
+
         T.__name__ = name
         return T
 

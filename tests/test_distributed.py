@@ -23,7 +23,8 @@ from tensortools import MetadataTensor, nn
 
 pytestmark = pytest.mark.skipif(
     not (dist.is_available() and dist.is_gloo_available()),
-    reason="torch.distributed with the gloo backend is not available")
+    reason="torch.distributed with the gloo backend is not available",
+)
 
 WORLD_SIZE = 2
 # A collective that waits this long fails in the worker; the join gives up a bit later.
@@ -34,11 +35,12 @@ JOIN_TIMEOUT_S = 120.0
 TOL = {"rtol": 1e-10, "atol": 1e-12}
 
 BATCH, STEPS, FEATURES, STATE = 8, 3, 5, 6  # LLTM net: BATCH×STEPS×FEATURES in
-IN_CH, OUT_CH, SIDE = 3, 4, 5               # conv-bn: BATCH×IN_CH×SIDE×SIDE in
+IN_CH, OUT_CH, SIDE = 3, 4, 5  # conv-bn: BATCH×IN_CH×SIDE×SIDE in
 LR, ITERATIONS = 0.5, 2
 
 
 # -- models and data, built alike in the workers and in the test process ---------------
+
 
 class _LLTMNet(torch.nn.Module):
     """An LLTM cell unrolled over the sequence, and a linear read-out of the last h."""
@@ -62,8 +64,10 @@ def _lltm_net() -> _LLTMNet:
 
 def _lltm_data() -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(2)
-    return (torch.randn(BATCH, STEPS, FEATURES, generator=g, dtype=torch.float64),
-            torch.randn(BATCH, generator=g, dtype=torch.float64))
+    return (
+        torch.randn(BATCH, STEPS, FEATURES, generator=g, dtype=torch.float64),
+        torch.randn(BATCH, generator=g, dtype=torch.float64),
+    )
 
 
 def _lltm_loss(model, xs, ys) -> torch.Tensor:
@@ -86,8 +90,10 @@ def _conv_bn_pair() -> tuple[torch.nn.Module, torch.nn.Module]:
 
 def _conv_bn_data() -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(4)
-    return (torch.randn(BATCH, IN_CH, SIDE, SIDE, generator=g, dtype=torch.float64),
-            torch.randn(BATCH, OUT_CH, SIDE, SIDE, generator=g, dtype=torch.float64))
+    return (
+        torch.randn(BATCH, IN_CH, SIDE, SIDE, generator=g, dtype=torch.float64),
+        torch.randn(BATCH, OUT_CH, SIDE, SIDE, generator=g, dtype=torch.float64),
+    )
 
 
 def _conv_bn_loss(model, x, target) -> torch.Tensor:
@@ -96,9 +102,14 @@ def _conv_bn_loss(model, x, target) -> torch.Tensor:
 
 
 # Sequential(conv, bn)'s names for FusedConvBN2d's parameters and buffers.
-_SEQ_NAMES = {"weight": "0.weight", "gamma": "1.weight", "beta": "1.bias",
-              "running_mean": "1.running_mean", "running_var": "1.running_var",
-              "num_batches_tracked": "1.num_batches_tracked"}
+_SEQ_NAMES = {
+    "weight": "0.weight",
+    "gamma": "1.weight",
+    "beta": "1.bias",
+    "running_mean": "1.running_mean",
+    "running_var": "1.running_var",
+    "num_batches_tracked": "1.num_batches_tracked",
+}
 
 
 def _sgd_step(model: torch.nn.Module) -> None:
@@ -125,11 +136,11 @@ def _plain(t: torch.Tensor) -> dict:
     """What a worker reports of a tensor: its type, its metadata and its plain values."""
     with torch._C.DisableTorchFunctionSubclass():
         values = t.as_subclass(torch.Tensor).detach().clone()
-    return {"type": type(t).__name__, "metadata": getattr(t, "metadata", None),
-            "values": values}
+    return {"type": type(t).__name__, "metadata": getattr(t, "metadata", None), "values": values}
 
 
 # -- the workers ------------------------------------------------------------------------
+
 
 def _ddp_lltm(rank: int) -> dict:
     xs, ys = (_shard(t, rank) for t in _lltm_data())
@@ -144,8 +155,12 @@ def _ddp_lltm(rank: int) -> dict:
     out = ddp(MetadataTensor(xs, {"rank": rank}))
     ((out - ys) ** 2).mean().backward()
     params = {n: p.detach().clone() for n, p in ddp.module.named_parameters()}
-    return {"grads": grads, "params": params, "metadata_out": _plain(out),
-            "metadata_grads": _grads(ddp.module)}
+    return {
+        "grads": grads,
+        "params": params,
+        "metadata_out": _plain(out),
+        "metadata_grads": _grads(ddp.module),
+    }
 
 
 def _ddp_conv_bn(rank: int) -> dict:
@@ -166,8 +181,9 @@ def _collectives(rank: int) -> dict:
     from tensortools.distributed import all_gather
 
     report = {}
-    m = MetadataTensor(torch.arange(4, dtype=torch.float64) * (rank + 1),
-                       {"rank": rank, "tag": f"r{rank}"})
+    m = MetadataTensor(
+        torch.arange(4, dtype=torch.float64) * (rank + 1), {"rank": rank, "tag": f"r{rank}"}
+    )
     returned = dist.all_reduce(m)
     report["all_reduce"] = _plain(m) | {"returned": returned}
 
@@ -179,8 +195,10 @@ def _collectives(rank: int) -> dict:
     m = MetadataTensor(torch.arange(3, dtype=torch.float64) + 10 * rank, {"rank": rank})
     plain_out = [torch.empty(3, dtype=torch.float64) for _ in range(WORLD_SIZE)]
     dist.all_gather(plain_out, m)
-    meta_out = [MetadataTensor(torch.empty(3, dtype=torch.float64), {"buffer": i})
-                for i in range(WORLD_SIZE)]
+    meta_out = [
+        MetadataTensor(torch.empty(3, dtype=torch.float64), {"buffer": i})
+        for i in range(WORLD_SIZE)
+    ]
     dist.all_gather(meta_out, m)
     report["torch_all_gather"] = [_plain(t) for t in plain_out]
     report["torch_all_gather_into_metadata"] = [_plain(t) for t in meta_out]
@@ -196,9 +214,15 @@ def _collectives(rank: int) -> dict:
 
     # Shapes that differ, and metadata that cannot be pickled, fail on every rank alike
     # (no hang), and the group still works afterwards.
-    for key, bad in (("shape_error", torch.zeros(2 + rank)),
-                     ("pickle_error", MetadataTensor(torch.zeros(2), {"f": lambda: rank})
-                      if rank == 1 else MetadataTensor(torch.zeros(2), {}))):
+    for key, bad in (
+        ("shape_error", torch.zeros(2 + rank)),
+        (
+            "pickle_error",
+            MetadataTensor(torch.zeros(2), {"f": lambda: rank})
+            if rank == 1
+            else MetadataTensor(torch.zeros(2), {}),
+        ),
+    ):
         try:
             all_gather(bad)
         except (TypeError, ValueError) as err:
@@ -210,11 +234,19 @@ def _collectives(rank: int) -> dict:
 def _worker(rank: int, tmp: str) -> None:
     torch.set_num_threads(1)  # two processes on a small machine
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback only
-    dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank,
-                            world_size=WORLD_SIZE, timeout=COLLECTIVE_TIMEOUT)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{tmp}/store",
+        rank=rank,
+        world_size=WORLD_SIZE,
+        timeout=COLLECTIVE_TIMEOUT,
+    )
     try:
-        report = {"lltm": _ddp_lltm(rank), "conv_bn": _ddp_conv_bn(rank),
-                  "collectives": _collectives(rank)}
+        report = {
+            "lltm": _ddp_lltm(rank),
+            "conv_bn": _ddp_conv_bn(rank),
+            "collectives": _collectives(rank),
+        }
         torch.save(report, f"{tmp}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -228,8 +260,9 @@ def _worker(rank: int, tmp: str) -> None:
 def reports(tmp_path_factory) -> list[dict]:
     """Each rank's report, from one spawn of WORLD_SIZE workers."""
     tmp = tmp_path_factory.mktemp("distributed")
-    context = mp.start_processes(_worker, args=(str(tmp),), nprocs=WORLD_SIZE, join=False,
-                                 start_method="spawn")
+    context = mp.start_processes(
+        _worker, args=(str(tmp),), nprocs=WORLD_SIZE, join=False, start_method="spawn"
+    )
     deadline = time.monotonic() + JOIN_TIMEOUT_S
     try:
         # join() returns False whenever one process ends but others still run.
@@ -241,11 +274,11 @@ def reports(tmp_path_factory) -> list[dict]:
             if process.is_alive():
                 process.kill()
                 process.join()
-    return [torch.load(Path(tmp, f"rank{r}.pt"), weights_only=True)
-            for r in range(WORLD_SIZE)]
+    return [torch.load(Path(tmp, f"rank{r}.pt"), weights_only=True) for r in range(WORLD_SIZE)]
 
 
 # -- DDP against one process ------------------------------------------------------------
+
 
 @pytest.fixture(autouse=True)
 def _one_thread():
@@ -263,8 +296,9 @@ def _assert_grads_equal(got: dict, want: dict) -> None:
     for name, w in want.items():
         g = got[name]
         assert g.dtype == w.dtype and g.shape == w.shape, name
-        assert torch.allclose(g, w, **TOL), \
+        assert torch.allclose(g, w, **TOL), (
             f"{name}: largest difference {(g - w).abs().max().item():.3g}"
+        )
 
 
 def test_ddp_lltm_matches_full_batch(reports):
@@ -331,6 +365,7 @@ def test_ddp_fused_conv_bn_matches_sequential(reports):
 
 # -- MetadataTensor through collectives -------------------------------------------------
 
+
 def _values(n: int, rank: int) -> torch.Tensor:
     return torch.arange(n, dtype=torch.float64) + 10 * rank
 
@@ -384,8 +419,7 @@ def test_all_gather_plain_and_mixed(reports):
         assert mixed[0]["type"] == "MetadataTensor" and mixed[0]["metadata"] == {"rank": 0}
         assert mixed[1]["type"] == "Tensor"
         assert torch.equal(mixed[0]["values"], _values(3, 0))
-        assert torch.equal(mixed[1]["values"], torch.tensor([0.0, 2.0, 4.0],
-                                                            dtype=torch.float64))
+        assert torch.equal(mixed[1]["values"], torch.tensor([0.0, 2.0, 4.0], dtype=torch.float64))
 
 
 def test_all_gather_errors_are_raised_on_every_rank(reports):

@@ -21,8 +21,18 @@ from pathlib import Path
 
 import pytest
 
-from tensortools import (MetadataTensor, ScalarTensor, bench, coverage, dispatch, distributed, nn,
-                         ops, reference, types)
+from tensortools import (
+    MetadataTensor,
+    ScalarTensor,
+    bench,
+    coverage,
+    dispatch,
+    distributed,
+    nn,
+    ops,
+    reference,
+    types,
+)
 from tensortools.types.logging_tensor import LOGGER_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,24 +81,35 @@ def _parse(path: Path, path_env: str):
 
     def run_bash(example) -> None:
         env = dict(os.environ, PATH=path_env)
-        result = subprocess.run(["bash", "-euo", "pipefail", "-c", example.parsed], cwd=ROOT,
-                                env=env, capture_output=True, text=True, timeout=600)
+        result = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", example.parsed],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if result.returncode != 0:
-            raise AssertionError(f"exit {result.returncode}\n{example.parsed}\n"
-                                 f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
+            raise AssertionError(
+                f"exit {result.returncode}\n{example.parsed}\n"
+                f"{result.stdout[-3000:]}{result.stderr[-3000:]}"
+            )
 
-    parsers = [PythonCodeBlockParser(
-                   doctest_optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE),
-               CodeBlockParser(language="bash", evaluator=run_bash),
-               SkipParser()]
+    parsers = [
+        PythonCodeBlockParser(doctest_optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE),
+        CodeBlockParser(language="bash", evaluator=run_bash),
+        SkipParser(),
+    ]
     return sybil.Sybil(parsers=parsers).parse(path)
 
 
 def _fences(path: Path) -> list[tuple[str, int, int]]:
     """(language, first line, last line) of each fenced block, lines counted from 1."""
-    marks = [(number, line.strip()[3:].strip())
-             for number, line in enumerate(path.read_text().splitlines(), start=1)
-             if line.lstrip().startswith("```")]
+    marks = [
+        (number, line.strip()[3:].strip())
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if line.lstrip().startswith("```")
+    ]
     assert len(marks) % 2 == 0, f"{_relative(path)}: unbalanced ``` fences"
     return [(language, start, end) for (start, language), (end, _) in zip(marks[::2], marks[1::2])]
 
@@ -113,8 +134,11 @@ def test_code_examples_run(path, python_on_path, restore_settings, capsys):
     if failure:
         pytest.fail(failure, pytrace=False)
     # Every code block was found (and run, or skipped with a reason).
-    missed = [start for language, start, end in _fences(path)
-              if language in ("python", "bash") and not any(start <= n <= end for n in seen)]
+    missed = [
+        start
+        for language, start, end in _fences(path)
+        if language in ("python", "bash") and not any(start <= n <= end for n in seen)
+    ]
     assert not missed, f"{_relative(path)}: code blocks at lines {missed} were not run"
     if skipped:
         with capsys.disabled():
@@ -124,22 +148,27 @@ def test_code_examples_run(path, python_on_path, restore_settings, capsys):
 @pytest.mark.parametrize("path", DOCUMENTS, ids=_relative)
 def test_fences_are_labelled(path):
     # A fence with no language (or a spelling such as "py") would never run.
-    unknown = [f"line {start}: {language!r}" for language, start, _ in _fences(path)
-               if language not in LANGUAGES]
+    unknown = [
+        f"line {start}: {language!r}"
+        for language, start, _ in _fences(path)
+        if language not in LANGUAGES
+    ]
     assert not unknown, f"{_relative(path)}: fences {unknown}; use one of {sorted(LANGUAGES)}"
     # A block left out of the test run says why, in a string (sybil evaluates the reason:
     # anything else could evaluate to false and run the block, or fail obscurely).
     directives = re.findall(r"<!--\s*skip:.*?-->", path.read_text())
     unclear = [d for d in directives if not re.fullmatch(r'<!-- skip: next "[^"]+" -->', d)]
-    assert not unclear, f"{_relative(path)}: use <!-- skip: next \"why\" -->, not {unclear}"
+    assert not unclear, f'{_relative(path)}: use <!-- skip: next "why" -->, not {unclear}'
 
 
 def test_every_document_is_reachable_from_the_index():
     index = (ROOT / "docs" / "index.md").read_text()
-    linked = {(ROOT / "docs" / target).resolve()
-              for target in re.findall(r"\]\(([^)#]+\.md)\)", index)}
-    orphans = [_relative(p) for p in DOCUMENTS[1:]
-               if p.name != "index.md" and p.resolve() not in linked]
+    linked = {
+        (ROOT / "docs" / target).resolve() for target in re.findall(r"\]\(([^)#]+\.md)\)", index)
+    }
+    orphans = [
+        _relative(p) for p in DOCUMENTS[1:] if p.name != "index.md" and p.resolve() not in linked
+    ]
     assert not orphans, f"docs/index.md links none of {orphans}"
 
 
@@ -174,16 +203,45 @@ def test_links_and_anchors_resolve(path):
 def test_api_reference_builds_without_warnings(tmp_path):
     pytest.importorskip("sphinx", reason="the API reference needs sphinx")
     result = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-         str(ROOT / "docs" / "api"), str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-W",
+            "--keep-going",
+            "-q",
+            "-b",
+            "html",
+            str(ROOT / "docs" / "api"),
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     html = "".join(p.read_text() for p in tmp_path.glob("*.html"))
     # Every public name has an entry.
-    modules = [bench, coverage, dispatch, distributed, nn, ops, reference,
-               types.scalar_tensor, types.metadata_tensor, types.logging_tensor]
-    missing = [f"{m.__name__}.{name}" for m in modules for name in m.__all__
-               if f'id="{m.__name__}.{name}"' not in html]
-    missing += [f"tensortools.{name}" for name in ("with_cuda",)
-                if f'id="tensortools.{name}"' not in html]
+    modules = [
+        bench,
+        coverage,
+        dispatch,
+        distributed,
+        nn,
+        ops,
+        reference,
+        types.scalar_tensor,
+        types.metadata_tensor,
+        types.logging_tensor,
+    ]
+    missing = [
+        f"{m.__name__}.{name}"
+        for m in modules
+        for name in m.__all__
+        if f'id="{m.__name__}.{name}"' not in html
+    ]
+    missing += [
+        f"tensortools.{name}" for name in ("with_cuda",) if f'id="tensortools.{name}"' not in html
+    ]
     assert not missing, f"not in the API reference: {missing}"

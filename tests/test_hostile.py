@@ -11,15 +11,22 @@ ALLOWED = {"ok", "TypeError", "ValueError", "RuntimeError", "NotImplementedError
 
 def test_hostile_calls_do_not_crash_the_process():
     script = Path(__file__).with_name("hostile_calls.py")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=300, cwd=script.parent)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=script.parent,
+    )
     assert done.returncode == 0, (
         f"exit status {done.returncode} (negative: killed by that signal)\n"
-        f"{done.stdout}\n{done.stderr[-3000:]}")
+        f"{done.stdout}\n{done.stderr[-3000:]}"
+    )
     lines = done.stdout.splitlines()
     assert lines[-1] == "done", done.stdout
     outcomes = dict(line.split(": ", 1) for line in lines[:-1])
     from hostile_calls import CALLS, SPARSE
+
     assert outcomes.keys() == CALLS.keys()
     for name, outcome in outcomes.items():
         assert outcome.split(" ", 1)[0] in ALLOWED, (name, outcome)
@@ -29,4 +36,6 @@ def test_hostile_calls_do_not_crash_the_process():
     assert outcomes["conv_bn raw backward grad on meta"].startswith("ValueError")
     for name in SPARSE:  # every malformed sparse adjacency is refused, naming it
         assert outcomes[name].startswith("ValueError") and "'adj'" in outcomes[name], (
-            name, outcomes[name])
+            name,
+            outcomes[name],
+        )

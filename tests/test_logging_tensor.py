@@ -7,10 +7,10 @@ import pickle
 
 import pytest
 import torch
+from type_cases import CALLS, assert_same_values, tensors_in
 
 import tensortools
 from tensortools import LoggingTensor, capture_logs, ops
-from type_cases import CALLS, assert_same_values, tensors_in
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
@@ -35,13 +35,14 @@ def test_record_contents():
         y = torch.add(x, 2, alpha=3)
     (record,) = logs
     assert record.function == "torch.add"
-    assert record.arguments == "LoggingTensor[float64, (1000, 3)], 2, alpha=3"
+    assert record.arguments == "LoggingTensor[float64, (1000, 3)], int, alpha=int"
     assert "7." not in record.arguments  # shapes and dtypes, never values
     assert record.getMessage().startswith(f"torch.add({record.arguments}) returned in ")
     assert 0 < record.duration < 10
     assert isinstance(y, LoggingTensor)
-    torch.testing.assert_close(y.as_subclass(torch.Tensor), torch.full((1000, 3), 13.0,
-                                                                       dtype=torch.float64))
+    torch.testing.assert_close(
+        y.as_subclass(torch.Tensor), torch.full((1000, 3), 13.0, dtype=torch.float64)
+    )
 
 
 # Calls whose arguments carry data in lists, nested tensors and other objects. Values are
@@ -56,10 +57,14 @@ def _calls_with_data(x):
         "nested tensors": lambda: torch.stack([x, values, values * 0]),
         "deeply nested": lambda: torch.add(x, [[[values]]][0][0][0][:4].sum()),
         "tuple of floats": lambda: x.new_tensor(tuple(_DATA)).index_put_(
-            (torch.tensor([0]),), torch.tensor(_DATA[:1])),
+            (torch.tensor([0]),), torch.tensor(_DATA[:1])
+        ),
         "index_put_": lambda: x.clone().index_put_((torch.tensor([0]),), values[:1]),
         "object argument": lambda: x.new_tensor(range(3)),
         "a list of lists": lambda: x.new_tensor([[_DATA[0]], [_DATA[1]]]),
+        "a fill value": lambda: x.clone().fill_(_DATA[0]),
+        "an assigned item": lambda: x.clone().__setitem__(0, _DATA[1]),
+        "a full_like value": lambda: torch.full_like(x, _DATA[2]),
     }
 
 
@@ -151,8 +156,13 @@ def test_repr_and_str_do_not_recurse():
 
 def test_autograd_and_lltm_is_one_call():
     torch.manual_seed(0)
-    args = [torch.randn(2, 3), torch.randn(12, 7), torch.randn(12), torch.randn(2, 4),
-            torch.randn(2, 4)]
+    args = [
+        torch.randn(2, 3),
+        torch.randn(12, 7),
+        torch.randn(12),
+        torch.randn(2, 4),
+        torch.randn(2, 4),
+    ]
     logged = [LoggingTensor(a.clone()).requires_grad_() for a in args]
     with capture_logs() as logs:
         new_h, new_cell = ops.lltm(*logged)

@@ -49,15 +49,24 @@ def lltm_backward(layout):
     _, new_cell, gates, X = T.lltm_forward(*args)
     B, S = new_cell.shape
     grads = [laid_out(torch.randn(B, S, dtype=D), layout) for _ in range(2)]
-    return [(*grads, new_cell.detach(), laid_out(gates, layout), laid_out(X, layout),
-             laid_out(args[1], layout))]
+    return [
+        (
+            *grads,
+            new_cell.detach(),
+            laid_out(gates, layout),
+            laid_out(X, layout),
+            laid_out(args[1], layout),
+        )
+    ]
 
 
 def _square(layout):
     n = 0 if layout == "empty" else 4
     t = laid_out(torch.randn(2, 3, n, n, dtype=D), layout)
-    return [(t.requires_grad_(), torch.tensor(1.5, dtype=D, requires_grad=True)),
-            (t.detach()[0, 0], torch.tensor(-2.0, dtype=D))]
+    return [
+        (t.requires_grad_(), torch.tensor(1.5, dtype=D, requires_grad=True)),
+        (t.detach()[0, 0], torch.tensor(-2.0, dtype=D)),
+    ]
 
 
 def axpby(layout):
@@ -86,32 +95,53 @@ def conv_bn2d_forward(layout):
     if layout == "empty":  # no batch, no statistics: refused (tested below)
         layout = "contiguous"
     inp, weight, gamma, beta = _conv(layout)
-    return [(*_grad(inp, weight, gamma, beta), [1, 1], [1, 1], 1e-5),
-            (*_grad(inp.detach(), weight.detach()), None, None, [2, 1], [0, 2], 0.0)]
+    return [
+        (*_grad(inp, weight, gamma, beta), [1, 1], [1, 1], 1e-5),
+        (*_grad(inp.detach(), weight.detach()), None, None, [2, 1], [0, 2], 0.0),
+    ]
 
 
 def conv_bn2d_backward(layout):
     inp, weight, gamma, beta = _conv("contiguous")
     out, mean, var = T.conv_bn2d_forward(inp, weight, gamma, beta, [1, 1], [1, 1], 1e-5)
     grad = laid_out(torch.randn_like(out), layout)
-    return [(grad, laid_out(inp, layout), laid_out(weight, layout), gamma, mean, var, [1, 1],
-             [1, 1], 1e-5, mask) for mask in ([True, True, True], [True, False, True],
-                                              [False, True, False])]
+    return [
+        (
+            grad,
+            laid_out(inp, layout),
+            laid_out(weight, layout),
+            gamma,
+            mean,
+            var,
+            [1, 1],
+            [1, 1],
+            1e-5,
+            mask,
+        )
+        for mask in ([True, True, True], [True, False, True], [False, True, False])
+    ]
 
 
 def conv_bn2d_eval(layout):
     inp, weight, gamma, beta = _conv(layout)
     stats = torch.randn(4, dtype=D), torch.rand(4, dtype=D) + 0.5
-    return [(*_grad(inp, weight), *stats, *_grad(gamma, beta), [1, 1], [1, 1], 1e-5),
-            (*_grad(inp.detach(), weight.detach()), *stats, None, None, [2, 2], [0, 0], 0.0)]
+    return [
+        (*_grad(inp, weight), *stats, *_grad(gamma, beta), [1, 1], [1, 1], 1e-5),
+        (*_grad(inp.detach(), weight.detach()), *stats, None, None, [2, 2], [0, 0], 0.0),
+    ]
 
 
 def conv_bn2d_update_stats(layout):
-    mean = laid_out(torch.randn(4, dtype=D), layout)
-    var = laid_out(torch.rand(4, dtype=D), layout)
-    count = 0 if layout == "empty" else 12
-    return [(torch.zeros(4, dtype=D), torch.ones(4, dtype=D), mean, var, 0.1, count),
-            (torch.zeros(4), torch.ones(4), mean, var, 0.5, count)]
+    n = 0 if layout == "empty" else 2
+    cases = []
+    for dtype in (D, torch.half):  # half: its statistics are in float
+        output = laid_out(torch.randn(n, 4, 3, 3, dtype=dtype), layout)
+        stats = torch.float32 if dtype == torch.half else dtype
+        mean = laid_out(torch.randn(4, dtype=stats), layout)
+        var = laid_out(torch.rand(4, dtype=stats), layout)
+        running = torch.zeros(4, dtype=dtype), torch.ones(4, dtype=dtype)
+        cases.append((*running, output, mean, var, 0.1))
+    return cases
 
 
 CASES = {
@@ -130,8 +160,11 @@ CASES = {
 
 
 def test_every_operator_has_cases():
-    registered = {n.split("::")[1] for n in torch._C._dispatch_get_all_op_names()
-                  if n.startswith("tensortools::")}
+    registered = {
+        n.split("::")[1]
+        for n in torch._C._dispatch_get_all_op_names()
+        if n.startswith("tensortools::")
+    }
     assert registered == set(CASES)
 
 
@@ -151,8 +184,7 @@ def test_meta_kernel_describes_the_real_result(name, layout):
     op = getattr(T, name).default
     for args in CASES[name](layout):
         real = op(*args)
-        meta = op(*[a.detach().to("meta") if isinstance(a, torch.Tensor) else a
-                    for a in args])
+        meta = op(*[a.detach().to("meta") if isinstance(a, torch.Tensor) else a for a in args])
         real = real if isinstance(real, tuple) else (real,)
         meta = meta if isinstance(meta, tuple) else (meta,)
         assert len(real) == len(meta)
@@ -162,8 +194,9 @@ def test_meta_kernel_describes_the_real_result(name, layout):
                 continue
             assert m.is_meta
             assert (m.shape, m.dtype) == (r.shape, r.dtype)
-            assert ([s for n, s in zip(m.shape, m.stride()) if n > 1]
-                    == [s for n, s in zip(r.shape, r.stride()) if n > 1])
+            assert [s for n, s in zip(m.shape, m.stride()) if n > 1] == [
+                s for n, s in zip(r.shape, r.stride()) if n > 1
+            ]
 
 
 def _with_one_on_meta(args, index):
@@ -192,15 +225,45 @@ def test_conv_bn_refuses_what_it_cannot_normalise():
         with pytest.raises(ValueError, match="'input' must have at least one channel"):
             ops.fused_conv_bn2d(inp.to(device), weight.to(device))
         with pytest.raises(ValueError, match="'input' must have at least one channel"):
-            ops.fused_conv_bn2d(inp.to(device), weight.to(device), torch.zeros(3, device=device),
-                                torch.ones(3, device=device), training=False)
+            ops.fused_conv_bn2d(
+                inp.to(device),
+                weight.to(device),
+                torch.zeros(3, device=device),
+                torch.ones(3, device=device),
+                training=False,
+            )
         with pytest.raises(ValueError, match="more than 1 value per channel"):
-            ops.fused_conv_bn2d(torch.randn(1, 2, 3, 3, device=device),
-                                torch.randn(4, 2, 3, 3, device=device))
+            ops.fused_conv_bn2d(
+                torch.randn(1, 2, 3, 3, device=device), torch.randn(4, 2, 3, 3, device=device)
+            )
         with pytest.raises(ValueError, match="'eps' must be >= 0"):
-            ops.fused_conv_bn2d(torch.randn(2, 2, 3, 3, device=device),
-                                torch.randn(4, 2, 3, 3, device=device), torch.zeros(4),
-                                torch.ones(4), training=False, eps=-1e-3)
+            ops.fused_conv_bn2d(
+                torch.randn(2, 2, 3, 3, device=device),
+                torch.randn(4, 2, 3, 3, device=device),
+                torch.zeros(4),
+                torch.ones(4),
+                training=False,
+                eps=-1e-3,
+            )
+
+
+@pytest.mark.parametrize("weight_shape", [(0, 2, 3, 3), (4, 2, 0, 3), (4, 2, 3, 0)])
+def test_conv_bn_refuses_an_empty_weight_on_every_device(weight_shape):
+    for device in ("cpu", "meta"):
+        inp, weight = (
+            torch.randn(2, 2, 5, 5, device=device),
+            torch.randn(weight_shape, device=device),
+        )
+        with pytest.raises(ValueError, match="'weight' must have at least one output channel"):
+            T.conv_bn2d_forward(inp, weight, None, None, [1, 1], [0, 0], 1e-5)
+
+
+def test_axpby_refuses_complex_scales_on_every_device():
+    for device in ("cpu", "meta"):
+        x = torch.randn(3, device=device)
+        for alpha, beta, name in ((1j, 1.0, "alpha"), (1.0, 2 + 0j, "beta")):
+            with pytest.raises(TypeError, match=f"'{name}' must be a real number"):
+                T.axpby(x, x, alpha, beta)
 
 
 def _training_steps(module, x, steps=2):
@@ -231,6 +294,7 @@ def test_compiled_training_step_matches_eager(memory_format):
 def test_compiled_ops_follow_changing_shapes():
     """Shapes that change between calls make torch.compile trace with symbolic sizes,
     which the meta kernels read as such; every result equals eager."""
+
     def step(x, h, c, cell, conv):
         h, c = cell(x, (h, c))
         return h, c, conv(h.reshape(h.shape[0], 1, 4, 4))
@@ -245,3 +309,15 @@ def test_compiled_ops_follow_changing_shapes():
         want = step(x, h, c, cell, conv)
         conv.load_state_dict(conv_state)
         torch.testing.assert_close(compiled(x, h, c, cell, conv), want)
+
+
+def _tensortools_ops():
+    return sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith("tensortools::"))
+
+
+def test_every_op_has_cpu_cuda_and_meta_kernels():
+    names = _tensortools_ops()
+    assert "tensortools::lltm_forward" in names
+    for name in names:
+        for key in ("CPU", "CUDA", "Meta"):  # a composite registration counts for each
+            assert torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, key), (name, key)

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 import torch
+from type_cases import CALLS, assert_same_values, tensors_in
 
 import tensortools
 from tensortools import MetadataTensor, ops
-from type_cases import CALLS, assert_same_values, tensors_in
 
 
 def test_spec_examples():
@@ -152,8 +152,9 @@ def test_compile_graph_breaks_keep_metadata():
     f = torch.compile(lambda t: torch.sin(t) * 2 + 1, backend="eager")
     out = f(m)
     assert isinstance(out, MetadataTensor) and out.metadata == {"k": 1}
-    torch.testing.assert_close(out.as_subclass(torch.Tensor),
-                               torch.sin(m.as_subclass(torch.Tensor)) * 2 + 1)
+    torch.testing.assert_close(
+        out.as_subclass(torch.Tensor), torch.sin(m.as_subclass(torch.Tensor)) * 2 + 1
+    )
 
 
 def test_results_own_their_metadata():
@@ -208,8 +209,10 @@ def test_autograd():
     assert isinstance(y, MetadataTensor) and y.metadata == {"k": 1}
     y.backward()
     torch.testing.assert_close(x.grad.as_subclass(torch.Tensor), 3 * torch.cos(x.detach()))
-    assert torch.autograd.gradcheck(lambda t: (MetadataTensor(t, {"a": 1}) ** 3).sum(),
-                                    (torch.randn(3, dtype=torch.float64, requires_grad=True),))
+    assert torch.autograd.gradcheck(
+        lambda t: (MetadataTensor(t, {"a": 1}) ** 3).sum(),
+        (torch.randn(3, dtype=torch.float64, requires_grad=True),),
+    )
 
 
 def test_wrapping_an_existing_tensor_keeps_its_graph():
@@ -240,8 +243,10 @@ def test_module_matches_plain():
 
 
 def test_deepcopy_pickle_and_save_load():
-    m = MetadataTensor(torch.randn(3), {"s": "x", "n": [1, 2.5, None, True], "t": torch.ones(2),
-                                        "d": {"nested": (1, 2)}}).requires_grad_()
+    m = MetadataTensor(
+        torch.randn(3),
+        {"s": "x", "n": [1, 2.5, None, True], "t": torch.ones(2), "d": {"nested": (1, 2)}},
+    ).requires_grad_()
     c = copy.deepcopy(m)
     assert isinstance(c, MetadataTensor) and c.requires_grad and torch.equal(c, m)
     assert c.metadata["n"] == m.metadata["n"] and c.metadata["n"] is not m.metadata["n"]
@@ -271,8 +276,13 @@ def test_unsafe_metadata_is_refused_at_load(capsys):
 
 def test_lltm_with_metadata_arguments():
     torch.manual_seed(0)
-    args = [torch.randn(2, 3), torch.randn(12, 7), torch.randn(12), torch.randn(2, 4),
-            torch.randn(2, 4)]
+    args = [
+        torch.randn(2, 3),
+        torch.randn(12, 7),
+        torch.randn(12),
+        torch.randn(2, 4),
+        torch.randn(2, 4),
+    ]
     wrapped = [MetadataTensor(args[0].clone(), {"step": 3})] + args[1:]
     new_h, new_cell = ops.lltm(*wrapped)
     ref_h, ref_cell = ops.lltm(*args)

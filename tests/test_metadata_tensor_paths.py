@@ -32,6 +32,7 @@ def python_path():
 
 def _fresh(obj):
     """The sample's arguments as new MetadataTensors (in-place calls change them)."""
+
     def wrap(t):
         with torch._C.DisableTorchFunctionSubclass():
             t = t.detach().clone().requires_grad_(t.requires_grad) if t.is_leaf else t
@@ -39,6 +40,7 @@ def _fresh(obj):
             return MetadataTensor(t, {"k": 1})
         except TypeError:  # layouts a subclass cannot hold
             return t
+
     return tree_map_only(torch.Tensor, wrap, obj)
 
 
@@ -58,8 +60,15 @@ def _describe(result) -> list:
         if isinstance(leaf, torch.Tensor):
             with torch._C.DisableTorchFunctionSubclass():
                 plain = leaf.as_subclass(torch.Tensor) if leaf.layout == torch.strided else leaf
-                described.append((type(leaf).__name__, leaf.dtype, tuple(leaf.shape),
-                                  leaf.__dict__.get("metadata"), plain))
+                described.append(
+                    (
+                        type(leaf).__name__,
+                        leaf.dtype,
+                        tuple(leaf.shape),
+                        leaf.__dict__.get("metadata"),
+                        plain,
+                    )
+                )
         else:
             described.append((type(leaf).__name__, leaf))
     return [str(spec), described]
@@ -86,8 +95,14 @@ def _differ(a, b) -> str:
     return ""
 
 
-_UNDEFINED_VALUES = {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty",
-                     "new_empty_strided"}
+_UNDEFINED_VALUES = {
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "empty_permuted",
+    "new_empty",
+    "new_empty_strided",
+}
 
 
 @pytest.mark.slow

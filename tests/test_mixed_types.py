@@ -1,4 +1,5 @@
-"""Several overriding types in one call (SPEC 3, "Several types at once")."""
+"""Several overriding types in one call: PyTorch's order (subclasses first, then left
+to right), and which type's result comes back."""
 
 import pytest
 import torch
@@ -14,8 +15,12 @@ def test_spec_scalar_plus_metadata():
 
 def test_metadata_plus_scalar_either_order():
     m = MetadataTensor(torch.ones(2, 2), metadata={"k": 1})
-    for r in (torch.add(m, ScalarTensor(2, 1.0)), m + ScalarTensor(2, 1.0),
-              ScalarTensor(2, 1.0) + m, ScalarTensor(2, 3.0) @ m):
+    for r in (
+        torch.add(m, ScalarTensor(2, 1.0)),
+        m + ScalarTensor(2, 1.0),
+        ScalarTensor(2, 1.0) + m,
+        ScalarTensor(2, 3.0) @ m,
+    ):
         assert isinstance(r, MetadataTensor) and r.metadata == {"k": 1}
 
 

@@ -4,14 +4,16 @@ import math
 
 import pytest
 import torch
+from lltm_cases import random_grads
 
 from tensortools import nn, reference
-from lltm_cases import random_grads
 
 
 def _inputs(batch, features, state, dtype=torch.float32):
-    return (torch.randn(batch, features, dtype=dtype),
-            (torch.randn(batch, state, dtype=dtype), torch.randn(batch, state, dtype=dtype)))
+    return (
+        torch.randn(batch, features, dtype=dtype),
+        (torch.randn(batch, state, dtype=dtype), torch.randn(batch, state, dtype=dtype)),
+    )
 
 
 def test_parameters_shapes_and_init_bounds():
@@ -61,9 +63,15 @@ def test_unrolled_sequence_matches_reference():
     torch.testing.assert_close(got, cell.weights.grad)
 
 
-@pytest.mark.parametrize("args,error", [
-    ((0, 4), ValueError), ((4, -1), ValueError), ((4.0, 4), TypeError), ((4, True), TypeError),
-])
+@pytest.mark.parametrize(
+    "args,error",
+    [
+        ((0, 4), ValueError),
+        ((4, -1), ValueError),
+        ((4.0, 4), TypeError),
+        ((4, True), TypeError),
+    ],
+)
 def test_bad_constructor_arguments(args, error):
     with pytest.raises(error, match="input_features|state_size"):
         nn.LLTM(*args)

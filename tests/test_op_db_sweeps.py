@@ -27,12 +27,14 @@ def test_wrapper_types_are_identical_to_plain_tensors(cls):
     assert run > 1000
     assert counts["samples correct"] / run >= 0.99, rep.to_text(only_failures=True)
     # what is not identical is a clear refusal, never a wrong value
-    assert counts["samples wrong"] == 0 and counts["samples error"] == 0, \
-        rep.to_text(only_failures=True)
+    assert counts["samples wrong"] == 0 and counts["samples error"] == 0, rep.to_text(
+        only_failures=True
+    )
 
 
 def test_scalar_tensor_is_never_wrong():
     rep, counts, run = _sample_counts(ScalarTensor)
     assert run > 200
-    assert counts["samples wrong"] == 0 and counts["samples error"] == 0, \
-        rep.to_text(only_failures=True)
+    assert counts["samples wrong"] == 0 and counts["samples error"] == 0, rep.to_text(
+        only_failures=True
+    )

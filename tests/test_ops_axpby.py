@@ -5,8 +5,14 @@ import torch
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs, ops, reference
 
-SHAPES = [((5,), (5,)), ((3, 4), (3, 4)), ((3, 1), (1, 4)), ((2, 3, 4), (4,)), ((), (3,)),
-          ((0, 2), (2,))]
+SHAPES = [
+    ((5,), (5,)),
+    ((3, 4), (3, 4)),
+    ((3, 1), (1, 4)),
+    ((2, 3, 4), (4,)),
+    ((), (3,)),
+    ((0, 2), (2,)),
+]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -22,15 +28,15 @@ def test_non_contiguous_and_expanded_inputs():
     x = torch.randn(4, 6, dtype=torch.float64)[:, ::2]
     y = torch.randn(4, 1, dtype=torch.float64).expand(4, 3)
     torch.testing.assert_close(ops.axpby(x, y, 2, 3), 2 * x + 3 * y, rtol=0, atol=0)
-    torch.testing.assert_close(ops.axpby(x.t(), y.t(), 2, 3), 2 * x.t() + 3 * y.t(),
-                               rtol=0, atol=0)
+    torch.testing.assert_close(ops.axpby(x.t(), y.t(), 2, 3), 2 * x.t() + 3 * y.t(), rtol=0, atol=0)
 
 
 def test_special_values_like_reference():
     x = torch.tensor([float("inf"), float("nan"), 0.0, -0.0, 1e38])
     y = torch.tensor([1.0, 1.0, -0.0, -0.0, 1e38])
-    torch.testing.assert_close(ops.axpby(x, y, 3.0, 5.0), reference.axpby(x, y, 3.0, 5.0),
-                               equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(
+        ops.axpby(x, y, 3.0, 5.0), reference.axpby(x, y, 3.0, 5.0), equal_nan=True, rtol=0, atol=0
+    )
 
 
 def test_gradcheck_gradgradcheck_and_broadcast_gradients():
@@ -49,8 +55,9 @@ def test_gradcheck_gradgradcheck_and_broadcast_gradients():
 def test_opcheck_and_compile():
     x, y = torch.randn(3, 4, requires_grad=True), torch.randn(4, requires_grad=True)
     torch.library.opcheck(torch.ops.tensortools.axpby.default, (x, y, 2.0, -1.0))
-    compiled = torch.compile(lambda a, b: ops.axpby(a, b, 2.0, -1.0), fullgraph=True,
-                             backend="aot_eager")
+    compiled = torch.compile(
+        lambda a, b: ops.axpby(a, b, 2.0, -1.0), fullgraph=True, backend="aot_eager"
+    )
     torch.testing.assert_close(compiled(x, y), 2 * x - y)
 
 
@@ -66,7 +73,9 @@ def test_bad_input():
         ops.axpby(x, x, 1, torch.ones(1))
     with pytest.raises(TypeError, match="'x' must be a torch.Tensor"):
         ops.axpby([1.0], x, 1, 1)
-    with pytest.raises(ValueError, match=r"'x' and 'y' must broadcast together, got shapes \[3\] and \[4\]"):
+    with pytest.raises(
+        ValueError, match=r"'x' and 'y' must broadcast together, got shapes \[3\] and \[4\]"
+    ):
         ops.axpby(torch.ones(3), torch.ones(4), 1, 1)
 
 

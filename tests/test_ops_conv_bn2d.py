@@ -3,16 +3,23 @@
 import pytest
 import torch
 
-from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs, nn, ops, \
-    reference
+from tensortools import (
+    LoggingTensor,
+    MetadataTensor,
+    ScalarTensor,
+    capture_logs,
+    nn,
+    ops,
+    reference,
+)
 
 # in, out, kernel, stride, padding, batch, height, width
 GEOMETRIES = [
     (3, 5, 3, 1, 1, 4, 8, 8),
-    (1, 1, 2, 2, 0, 1, 5, 5),        # batch 1, channels 1, stride 2
+    (1, 1, 2, 2, 0, 1, 5, 5),  # batch 1, channels 1, stride 2
     (2, 4, (3, 2), (2, 1), (1, 0), 3, 7, 6),
     (4, 2, 1, 1, 0, 2, 1, 3),
-    (2, 3, 5, 1, 2, 1, 4, 4),        # kernel larger than the input, covered by padding
+    (2, 3, 5, 1, 2, 1, 4, 4),  # kernel larger than the input, covered by padding
 ]
 IDS = ["3x3-pad1", "batch1-channels1-stride2", "rect", "1x1", "big-kernel"]
 
@@ -72,12 +79,21 @@ def test_training_matches_unfused_modules_float64(geometry):
 def test_float32_close_to_float64(geometry):
     cin, cout, k, s, p, n, h, w = geometry
     ref64, _ = _pair_of_modules(cin, cout, k, s, p)
-    fused = nn.FusedConvBN2d.from_modules(*[m.float() for m in _pair_of_modules(
-        cin, cout, k, s, p)[0]])
-    fused.load_state_dict({"weight": ref64[0].weight, "gamma": ref64[1].weight,
-                           "beta": ref64[1].bias, **{k2: v for k2, v in ref64[1].state_dict()
-                                                     .items() if k2.startswith(("running",
-                                                                                "num"))}})
+    fused = nn.FusedConvBN2d.from_modules(
+        *[m.float() for m in _pair_of_modules(cin, cout, k, s, p)[0]]
+    )
+    fused.load_state_dict(
+        {
+            "weight": ref64[0].weight,
+            "gamma": ref64[1].weight,
+            "beta": ref64[1].bias,
+            **{
+                k2: v
+                for k2, v in ref64[1].state_dict().items()
+                if k2.startswith(("running", "num"))
+            },
+        }
+    )
     x = torch.randn(n, cin, h, w, dtype=torch.float64) * 3 + 2
     grad = torch.randn_like(ref64[0](x))
     got = _step(fused, x.float(), grad.float())
@@ -97,10 +113,17 @@ def test_statistics_stay_accurate_with_large_mean():
     torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-3)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"affine": False}, {"track_running_stats": False}, {"momentum": None},
-    {"affine": False, "track_running_stats": False}, {"eps": 1e-2, "momentum": 0.5},
-], ids=["no-affine", "no-running-stats", "cumulative", "neither", "eps-momentum"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"affine": False},
+        {"track_running_stats": False},
+        {"momentum": None},
+        {"affine": False, "track_running_stats": False},
+        {"eps": 1e-2, "momentum": 0.5},
+    ],
+    ids=["no-affine", "no-running-stats", "cumulative", "neither", "eps-momentum"],
+)
 def test_batch_norm_options_match(kwargs):
     ref, fused = _pair_of_modules(3, 4, 3, 1, 1, **kwargs)
     for mode in ("train", "train", "train", "eval"):
@@ -119,10 +142,30 @@ def test_functional_matches_reference_and_updates_running_stats():
     stats = [torch.randn(4, dtype=torch.float64), torch.rand(4, dtype=torch.float64) + 1]
     ref_stats = [t.clone() for t in stats]
     for training in (True, False):
-        got = ops.fused_conv_bn2d(x, w, *stats, gamma, beta, stride=2, padding=1,
-                                  training=training, momentum=0.3, eps=1e-3)
-        want = reference.fused_conv_bn2d(x, w, *ref_stats, gamma, beta, stride=2, padding=1,
-                                         training=training, momentum=0.3, eps=1e-3)
+        got = ops.fused_conv_bn2d(
+            x,
+            w,
+            *stats,
+            gamma,
+            beta,
+            stride=2,
+            padding=1,
+            training=training,
+            momentum=0.3,
+            eps=1e-3,
+        )
+        want = reference.fused_conv_bn2d(
+            x,
+            w,
+            *ref_stats,
+            gamma,
+            beta,
+            stride=2,
+            padding=1,
+            training=training,
+            momentum=0.3,
+            eps=1e-3,
+        )
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
         torch.testing.assert_close(stats, ref_stats, rtol=1e-12, atol=1e-12)
     # training without running statistics
@@ -142,8 +185,11 @@ def test_empty_batch_like_batch_norm():
 def test_non_contiguous_inputs_and_expanded_gradients():
     ref, fused = _pair_of_modules(3, 4, 3, 1, 1)
     base = torch.randn(2, 3, 6, 6, dtype=torch.float64)
-    for x in (base.to(memory_format=torch.channels_last), base.transpose(2, 3),
-              torch.randn(2, 3, 6, 12, dtype=torch.float64)[..., ::2]):
+    for x in (
+        base.to(memory_format=torch.channels_last),
+        base.transpose(2, 3),
+        torch.randn(2, 3, 6, 12, dtype=torch.float64)[..., ::2],
+    ):
         grad = torch.ones(1, 1, 1, 1, dtype=torch.float64).expand(2, 4, 6, 6)  # from .sum()
         for a, b in zip(_step(fused, x, grad), _step(ref, x, grad)):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
@@ -157,16 +203,18 @@ def test_gradcheck(affine):
     beta = torch.randn(3, dtype=torch.float64, requires_grad=True)
     stats = [torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)]
     if affine:
+
         def f(*a):
             return ops.fused_conv_bn2d(a[0], a[1], None, None, a[2], a[3], 2, 1)
+
         assert torch.autograd.gradcheck(f, (x, w, gamma, beta))
 
         def f_eval(*a):
             return ops.fused_conv_bn2d(a[0], a[1], *stats, a[2], a[3], 1, 1, training=False)
+
         assert torch.autograd.gradcheck(f_eval, (x, w, gamma, beta))
     else:
-        assert torch.autograd.gradcheck(lambda a, b: ops.fused_conv_bn2d(a, b, padding=1),
-                                        (x, w))
+        assert torch.autograd.gradcheck(lambda a, b: ops.fused_conv_bn2d(a, b, padding=1), (x, w))
 
 
 def test_double_backward_is_refused():
@@ -187,21 +235,23 @@ def test_saves_no_tensor_of_the_output_size():
     assert sorted(t.numel() for t in saved) == sorted([x.numel(), w.numel(), 16, 16, 16])
 
 
-@pytest.mark.parametrize("mask", [(True, True, True), (False, True, False),
-                                  (True, False, True), (False, False, True)])
+@pytest.mark.parametrize(
+    "mask", [(True, True, True), (False, True, False), (True, False, True), (False, False, True)]
+)
 def test_backward_op_honours_output_mask(mask):
     x = torch.randn(2, 2, 5, 5, dtype=torch.float64)
     w = torch.randn(3, 2, 3, 3, dtype=torch.float64)
     gamma = torch.rand(3, dtype=torch.float64) + 0.5
-    _, mean, var = torch.ops.tensortools.conv_bn2d_forward(x, w, gamma, None, [1, 1], [0, 0],
-                                                           1e-5)
+    _, mean, var = torch.ops.tensortools.conv_bn2d_forward(x, w, gamma, None, [1, 1], [0, 0], 1e-5)
     grad = torch.randn(2, 3, 3, 3, dtype=torch.float64)
-    got = torch.ops.tensortools.conv_bn2d_backward(grad, x, w, gamma, mean, var, [1, 1],
-                                                   [0, 0], 1e-5, list(mask))
+    got = torch.ops.tensortools.conv_bn2d_backward(
+        grad, x, w, gamma, mean, var, [1, 1], [0, 0], 1e-5, list(mask)
+    )
     args = [t.clone().requires_grad_() for t in (x, w, gamma)]
     beta = torch.zeros(3, dtype=torch.float64, requires_grad=True)
-    want = torch.autograd.grad(reference.fused_conv_bn2d(args[0], args[1], None, None,
-                                                         args[2], beta), [*args, beta], grad)
+    want = torch.autograd.grad(
+        reference.fused_conv_bn2d(args[0], args[1], None, None, args[2], beta), [*args, beta], grad
+    )
     wanted = [mask[0], mask[1], mask[2], mask[2]]
     for g, r, on in zip(got, want, wanted):
         if on:
@@ -220,13 +270,27 @@ def test_opcheck(geometry):
     fwd = torch.ops.tensortools.conv_bn2d_forward.default
     torch.library.opcheck(fwd, (x, weight, gamma, beta, [s, s], [p, p], 1e-5))
     torch.library.opcheck(fwd, (x, weight, None, None, [s, s], [p, p], 1e-5))
-    out, mean, var = fwd(x.detach(), weight.detach(), gamma.detach(), beta.detach(), [s, s],
-                         [p, p], 1e-5)
+    out, mean, var = fwd(
+        x.detach(), weight.detach(), gamma.detach(), beta.detach(), [s, s], [p, p], 1e-5
+    )
     grad = torch.randn_like(out)
     bwd = torch.ops.tensortools.conv_bn2d_backward.default
     for mask in ([True, True, True], [False, True, False]):
-        torch.library.opcheck(bwd, (grad, x.detach(), weight.detach(), gamma.detach(), mean,
-                                    var, [s, s], [p, p], 1e-5, mask))
+        torch.library.opcheck(
+            bwd,
+            (
+                grad,
+                x.detach(),
+                weight.detach(),
+                gamma.detach(),
+                mean,
+                var,
+                [s, s],
+                [p, p],
+                1e-5,
+                mask,
+            ),
+        )
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
@@ -246,36 +310,54 @@ def test_compile_fullgraph_training_and_eval(backend):
 
 
 def _bad(**changes):
-    args = {"input": torch.randn(2, 3, 5, 5), "weight": torch.randn(4, 3, 3, 3),
-            "running_mean": torch.zeros(4), "running_var": torch.ones(4),
-            "gamma": torch.ones(4), "beta": torch.zeros(4)}
+    args = {
+        "input": torch.randn(2, 3, 5, 5),
+        "weight": torch.randn(4, 3, 3, 3),
+        "running_mean": torch.zeros(4),
+        "running_var": torch.ones(4),
+        "gamma": torch.ones(4),
+        "beta": torch.zeros(4),
+    }
     args.update(changes)
-    options = {k: args.pop(k) for k in ("stride", "padding", "training", "momentum", "eps")
-               if k in args}
+    options = {
+        k: args.pop(k) for k in ("stride", "padding", "training", "momentum", "eps") if k in args
+    }
     return ops.fused_conv_bn2d(**args, **options)
 
 
 @pytest.mark.parametrize("training", [True, False])
-@pytest.mark.parametrize("changes,error,words", [
-    ({"input": torch.randn(3, 5, 5)}, ValueError, "'input' must be 4-D"),
-    ({"weight": torch.randn(4, 2, 3, 3)}, ValueError, "'weight' has in_channels 2 but 'input'"),
-    ({"gamma": torch.ones(3)}, ValueError, r"'gamma' must have shape \[4\]"),
-    ({"beta": torch.ones(4, 1)}, ValueError, r"'beta' must have shape \[4\]"),
-    ({"running_var": torch.ones(5)}, ValueError, r"'running_var' must have shape \[4\]"),
-    ({"weight": torch.randn(4, 3, 3, 3, dtype=torch.float64)}, TypeError,
-     "'weight' must have the same dtype as 'input'"),
-    ({"input": torch.ones(2, 3, 5, 5, dtype=torch.long),
-      "weight": torch.ones(4, 3, 3, 3, dtype=torch.long)}, TypeError, "'input' must have"),
-    ({"weight": torch.randn(4, 3, 7, 7)}, ValueError, "smaller than the kernel"),
-    ({"stride": 0}, ValueError, "'stride' must be in \\[1, "),
-    ({"padding": (1, -1)}, ValueError, "'padding' must be in \\[0, "),
-    ({"stride": 1.5}, TypeError, "'stride' must be an int or a pair"),
-    ({"padding": (1, 2, 3)}, TypeError, "'padding' must be an int or a pair"),
-    ({"momentum": "0.1"}, TypeError, "'momentum' must be a real number"),
-    ({"running_var": None}, ValueError, "both 'running_mean' and 'running_var'"),
-    ({"gamma": [1.0] * 4}, TypeError, "'gamma' must be a torch.Tensor"),
-    ({"input": torch.randn(2, 3, 5, 5).to_sparse()}, TypeError, "dense"),
-])
+@pytest.mark.parametrize(
+    "changes,error,words",
+    [
+        ({"input": torch.randn(3, 5, 5)}, ValueError, "'input' must be 4-D"),
+        ({"weight": torch.randn(4, 2, 3, 3)}, ValueError, "'weight' has in_channels 2 but 'input'"),
+        ({"gamma": torch.ones(3)}, ValueError, r"'gamma' must have shape \[4\]"),
+        ({"beta": torch.ones(4, 1)}, ValueError, r"'beta' must have shape \[4\]"),
+        ({"running_var": torch.ones(5)}, ValueError, r"'running_var' must have shape \[4\]"),
+        (
+            {"weight": torch.randn(4, 3, 3, 3, dtype=torch.float64)},
+            TypeError,
+            "'weight' must have the same dtype as 'input'",
+        ),
+        (
+            {
+                "input": torch.ones(2, 3, 5, 5, dtype=torch.long),
+                "weight": torch.ones(4, 3, 3, 3, dtype=torch.long),
+            },
+            TypeError,
+            "'input' must have",
+        ),
+        ({"weight": torch.randn(4, 3, 7, 7)}, ValueError, "smaller than the kernel"),
+        ({"stride": 0}, ValueError, "'stride' must be in \\[1, "),
+        ({"padding": (1, -1)}, ValueError, "'padding' must be in \\[0, "),
+        ({"stride": 1.5}, TypeError, "'stride' must be an int or a pair"),
+        ({"padding": (1, 2, 3)}, TypeError, "'padding' must be an int or a pair"),
+        ({"momentum": "0.1"}, TypeError, "'momentum' must be a real number"),
+        ({"running_var": None}, ValueError, "both 'running_mean' and 'running_var'"),
+        ({"gamma": [1.0] * 4}, TypeError, "'gamma' must be a torch.Tensor"),
+        ({"input": torch.randn(2, 3, 5, 5).to_sparse()}, TypeError, "dense"),
+    ],
+)
 def test_bad_input_names_the_argument(changes, error, words, training):
     with pytest.raises(error, match=words):
         _bad(training=training, **changes)
@@ -297,12 +379,15 @@ def test_fake_kernel_checks_like_the_kernel():
     assert out.shape == (2, 4, 3, 3) and out.device.type == "meta"
 
 
-@pytest.mark.parametrize("args,error,words", [
-    ((0, 4, 3), ValueError, "'in_channels' must be positive"),
-    ((3, 4, 0), ValueError, "'kernel_size' must be >= 1"),
-    ((3, 4, 3.0), TypeError, "'kernel_size' must be an int or a pair"),
-    ((3, 4, 3, 1, -1), ValueError, "'padding' must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "args,error,words",
+    [
+        ((0, 4, 3), ValueError, "'in_channels' must be positive"),
+        ((3, 4, 0), ValueError, "'kernel_size' must be >= 1"),
+        ((3, 4, 3.0), TypeError, "'kernel_size' must be an int or a pair"),
+        ((3, 4, 3, 1, -1), ValueError, "'padding' must be >= 0"),
+    ],
+)
 def test_module_bad_constructor_arguments(args, error, words):
     with pytest.raises(error, match=words):
         nn.FusedConvBN2d(*args)
@@ -319,11 +404,11 @@ def test_module_init_and_from_modules():
     with pytest.raises(ValueError, match="bias=False"):
         nn.FusedConvBN2d.from_modules(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
     with pytest.raises(ValueError, match="'bn' has 5 features"):
-        nn.FusedConvBN2d.from_modules(torch.nn.Conv2d(3, 4, 3, bias=False),
-                                      torch.nn.BatchNorm2d(5))
+        nn.FusedConvBN2d.from_modules(torch.nn.Conv2d(3, 4, 3, bias=False), torch.nn.BatchNorm2d(5))
 
 
 # --- tensor types -----------------------------------------------------------------------
+
 
 def test_with_metadata_tensor_input():
     ref, fused = _pair_of_modules(2, 3, 3, 1, 1)

@@ -18,13 +18,12 @@ import math
 
 import pytest
 import torch
+from conftest import DEVICES
+from fuzz_tensors import ALL_DTYPES, Kind, kinds, numbers
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from fuzz_tensors import ALL_DTYPES, Kind, kinds, numbers
 from tensortools import ops, reference
-
-from conftest import DEVICES
 
 ERRORS = (TypeError, ValueError, RuntimeError)
 FLOATS = (torch.float32, torch.float64)
@@ -39,8 +38,10 @@ def _supported(device: str) -> tuple[torch.dtype, ...]:
 
 
 def _tolerance(dtype: torch.dtype) -> dict:
-    return {torch.float64: dict(rtol=1e-7, atol=1e-9),
-            torch.float32: dict(rtol=1e-4, atol=1e-4)}.get(dtype, dict(rtol=2e-2, atol=2e-2))
+    return {
+        torch.float64: dict(rtol=1e-7, atol=1e-9),
+        torch.float32: dict(rtol=1e-4, atol=1e-4),
+    }.get(dtype, dict(rtol=2e-2, atol=2e-2))
 
 
 def _attempt(call):
@@ -53,7 +54,8 @@ def _attempt(call):
 def _assert_names_an_argument(err: Exception, names) -> None:
     message = str(err)
     assert any(f"'{name}'" in message for name in names), (
-        f"{type(err).__name__} names none of {list(names)}: {message}")
+        f"{type(err).__name__} names none of {list(names)}: {message}"
+    )
 
 
 def _assert_close(got, want, dtype, special=False, **tolerance):
@@ -82,8 +84,7 @@ def _assert_close(got, want, dtype, special=False, **tolerance):
 def _layout(t: torch.Tensor) -> tuple:
     """Shape, dtype and the strides of the dimensions longer than 1 (the others' strides
     address nothing)."""
-    return (tuple(t.shape), t.dtype,
-            tuple(s for n, s in zip(t.shape, t.stride()) if n > 1))
+    return (tuple(t.shape), t.dtype, tuple(s for n, s in zip(t.shape, t.stride()) if n > 1))
 
 
 def _same_on_meta(call_on, names, cpu_result, cpu_error, half):
@@ -114,8 +115,7 @@ def _check(device, names, call_on, expect_ok, compare, dtype):
         assert error is not None, "an unsupported or broken case returned a result"
         _assert_names_an_argument(error, names)
     if device == "cpu":
-        _same_on_meta(call_on, names, result, error,
-                      half=dtype in (torch.float16, torch.bfloat16))
+        _same_on_meta(call_on, names, result, error, half=dtype in (torch.float16, torch.bfloat16))
 
 
 def _breakage():
@@ -172,8 +172,13 @@ LLTM_NAMES = ("input", "weights", "bias", "old_h", "old_cell")
 @st.composite
 def lltm_cases(draw):
     b, f, s = draw(st.integers(0, 4)), draw(st.integers(0, 5)), draw(st.integers(1, 5))
-    shapes = {"input": [b, f], "weights": [3 * s, s + f], "bias": [3 * s],
-              "old_h": [b, s], "old_cell": [b, s]}
+    shapes = {
+        "input": [b, f],
+        "weights": [3 * s, s + f],
+        "bias": [3 * s],
+        "old_h": [b, s],
+        "old_cell": [b, s],
+    }
     kinds_ = _kinds_for(LLTM_NAMES, draw(kinds(prefer=FLOATS)))
     broken = draw(_breakage())
     if broken:
@@ -183,8 +188,9 @@ def lltm_cases(draw):
 
 def _lltm_loss(outputs, seed):
     g = torch.Generator().manual_seed(seed)
-    return sum((o * torch.randn(o.shape, generator=g, dtype=o.dtype).to(o.device)).sum()
-               for o in outputs)
+    return sum(
+        (o * torch.randn(o.shape, generator=g, dtype=o.dtype).to(o.device)).sum() for o in outputs
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -195,8 +201,13 @@ def test_lltm(device, case):
     kind = kinds_["input"]
     b, f = shapes["input"] if len(shapes["input"]) == 2 else (-1, -1)
     s = shapes["old_h"][-1]
-    consistent = shapes == {"input": [b, f], "weights": [3 * s, s + f], "bias": [3 * s],
-                            "old_h": [b, s], "old_cell": [b, s]}
+    consistent = shapes == {
+        "input": [b, f],
+        "weights": [3 * s, s + f],
+        "bias": [3 * s],
+        "old_h": [b, s],
+        "old_cell": [b, s],
+    }
     expect_ok = broken != "dtype" and consistent and kind.dtype in _supported(device)
 
     def call_on(dev):
@@ -204,9 +215,15 @@ def test_lltm(device, case):
 
     def compare(result):
         args = [kinds_[n].make(*shapes[n], device=device) for n in LLTM_NAMES]
-        _assert_matches_one(result, [reference.lltm(*(a.to(r) for a in args))
-                                     for r in _reference_dtypes(kind.dtype, kind.special)],
-                            kind.dtype, kind.special)
+        _assert_matches_one(
+            result,
+            [
+                reference.lltm(*(a.to(r) for a in args))
+                for r in _reference_dtypes(kind.dtype, kind.special)
+            ],
+            kind.dtype,
+            kind.special,
+        )
         if kind.special or kind.dtype != torch.float64:
             return
         # gradients of every input, through the registered backward
@@ -221,13 +238,23 @@ def test_lltm(device, case):
 # --- add_diagonal and scale -------------------------------------------------------------
 
 # The dtypes the two ScalarTensor kernels compute in, on every device.
-STRUCTURED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8,
-                     torch.int8, torch.int16, torch.int32, torch.int64)
+STRUCTURED_DTYPES = (
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+)
 
 values = st.one_of(
     numbers,
     st.builds(lambda kind: kind.make(), kinds()),  # a 0-d tensor of any dtype
-    st.builds(lambda kind, n: kind.make(n), kinds(), st.integers(0, 2)))  # not 0-d
+    st.builds(lambda kind, n: kind.make(n), kinds(), st.integers(0, 2)),
+)  # not 0-d
 
 
 def _value_in(value, dtype):
@@ -275,9 +302,14 @@ def test_add_diagonal(device, case):
         _assert_close(result, want, kind.dtype, rtol=0, atol=0)
         assert result.is_contiguous()
 
-    _check(device, ("input", "value"),
-           lambda dev: ops.add_diagonal(kind.make(*shape, device=dev), value), expect_ok, compare,
-           kind.dtype)
+    _check(
+        device,
+        ("input", "value"),
+        lambda dev: ops.add_diagonal(kind.make(*shape, device=dev), value),
+        expect_ok,
+        compare,
+        kind.dtype,
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -291,9 +323,14 @@ def test_scale(device, shape, kind, value):
         want = torch.mul(kind.make(*shape, device=device), v.to(device))
         _assert_close(result, want, kind.dtype, rtol=0, atol=0)
 
-    _check(device, ("input", "value"),
-           lambda dev: ops.scale(kind.make(*shape, device=dev), value), expect_ok, compare,
-           kind.dtype)
+    _check(
+        device,
+        ("input", "value"),
+        lambda dev: ops.scale(kind.make(*shape, device=dev), value),
+        expect_ok,
+        compare,
+        kind.dtype,
+    )
 
 
 # --- axpby ---------------------------------------------------------------------------------
@@ -305,7 +342,9 @@ scalars = st.one_of(numbers, st.builds(lambda kind: kind.make(), kinds()))
 def axpby_cases(draw):
     x_shape = draw(st.lists(st.integers(0, 3), max_size=3))
     # y: a broadcastable relative of x (fewer leading dims, some sizes 1), or anything
-    y_shape = [1 if draw(st.booleans()) else n for n in x_shape[draw(st.integers(0, len(x_shape))):]]
+    y_shape = [
+        1 if draw(st.booleans()) else n for n in x_shape[draw(st.integers(0, len(x_shape))) :]
+    ]
     if draw(st.integers(0, 4)) == 0:
         y_shape = draw(st.lists(st.integers(0, 3), max_size=3))
     kinds_ = _kinds_for(("x", "y"), draw(kinds(prefer=FLOATS)))
@@ -329,21 +368,36 @@ def test_axpby(device, case):
         broadcastable = True
     except RuntimeError:
         broadcastable = False
-    expect_ok = (broadcastable and kx.dtype == ky.dtype and kx.dtype in _supported(device)
-                 and _real_number(alpha) and _real_number(beta))
+    expect_ok = (
+        broadcastable
+        and kx.dtype == ky.dtype
+        and kx.dtype in _supported(device)
+        and _real_number(alpha)
+        and _real_number(beta)
+    )
 
     def compare(result):
         x, y = kx.make(*x_shape, device=device), ky.make(*y_shape, device=device)
-        special = any(isinstance(s, float) and not (math.isfinite(s) and abs(s) < 1e30)
-                      for s in (alpha, beta))
+        special = any(
+            isinstance(s, float) and not (math.isfinite(s) and abs(s) < 1e30) for s in (alpha, beta)
+        )
         special = kx.special or ky.special or special
-        wants = [reference.axpby(x.to(r), y.to(r), float(alpha), float(beta))
-                 for r in _reference_dtypes(kx.dtype, special)]
+        wants = [
+            reference.axpby(x.to(r), y.to(r), float(alpha), float(beta))
+            for r in _reference_dtypes(kx.dtype, special)
+        ]
         _assert_matches_one(result, wants, kx.dtype, special)
 
-    _check(device, ("x", "y", "alpha", "beta"),
-           lambda dev: ops.axpby(kx.make(*x_shape, device=dev), ky.make(*y_shape, device=dev),
-                                 alpha, beta), expect_ok, compare, kx.dtype)
+    _check(
+        device,
+        ("x", "y", "alpha", "beta"),
+        lambda dev: ops.axpby(
+            kx.make(*x_shape, device=dev), ky.make(*y_shape, device=dev), alpha, beta
+        ),
+        expect_ok,
+        compare,
+        kx.dtype,
+    )
 
 
 # --- graph_conv ----------------------------------------------------------------------------
@@ -354,8 +408,12 @@ GRAPH_NAMES = ("adj", "x", "weight", "bias")
 @st.composite
 def graph_cases(draw):
     n, f_in, f_out = draw(st.integers(0, 4)), draw(st.integers(0, 3)), draw(st.integers(0, 3))
-    shapes = {"adj": [n, n], "x": [n, f_in], "weight": [f_in, f_out],
-              "bias": [f_out] if draw(st.booleans()) else None}
+    shapes = {
+        "adj": [n, n],
+        "x": [n, f_in],
+        "weight": [f_in, f_out],
+        "bias": [f_out] if draw(st.booleans()) else None,
+    }
     kinds_ = _kinds_for(GRAPH_NAMES, draw(kinds(prefer=FLOATS)))
     broken = draw(_breakage())
     if broken:
@@ -379,15 +437,26 @@ def test_graph_conv(device, case):
     kind = kinds_["x"]
     n, f_in = shapes["x"] if len(shapes["x"]) == 2 else (-1, -1)
     f_out = shapes["weight"][-1]
-    consistent = (shapes["adj"] == [n, n] and shapes["weight"] == [f_in, f_out]
-                  and shapes["bias"] in (None, [f_out]))
-    expect_ok = (broken != "dtype" and consistent and kind.dtype in _supported(device)
-                 and not (layout != "dense" and kind.dtype in (torch.float16, torch.bfloat16)))
+    consistent = (
+        shapes["adj"] == [n, n]
+        and shapes["weight"] == [f_in, f_out]
+        and shapes["bias"] in (None, [f_out])
+    )
+    expect_ok = (
+        broken != "dtype"
+        and consistent
+        and kind.dtype in _supported(device)
+        and not (layout != "dense" and kind.dtype in (torch.float16, torch.bfloat16))
+    )
 
     def args_on(dev):
-        return (_adjacency(kinds_["adj"], shapes["adj"], layout, dev),
-                *(None if shapes[n] is None else kinds_[n].make(*shapes[n], device=dev)
-                  for n in GRAPH_NAMES[1:]))
+        return (
+            _adjacency(kinds_["adj"], shapes["adj"], layout, dev),
+            *(
+                None if shapes[n] is None else kinds_[n].make(*shapes[n], device=dev)
+                for n in GRAPH_NAMES[1:]
+            ),
+        )
 
     def compare(result):
         adj, x, weight, bias = args_on(device)
@@ -409,22 +478,40 @@ def test_graph_conv(device, case):
         want = torch.autograd.grad(reference.graph_conv(adj, x_l, w_l, b_l), leaves, grad)
         _assert_close(list(got), list(want), kind.dtype)
 
-    _check(device, GRAPH_NAMES, lambda dev: ops.graph_conv(*args_on(dev)), expect_ok, compare,
-           kind.dtype)
+    _check(
+        device,
+        GRAPH_NAMES,
+        lambda dev: ops.graph_conv(*args_on(dev)),
+        expect_ok,
+        compare,
+        kind.dtype,
+    )
 
 
 # --- fused_conv_bn2d -----------------------------------------------------------------------
 
-CONV_BN_NAMES = ("input", "weight", "running_mean", "running_var", "gamma", "beta", "stride",
-                 "padding", "momentum", "eps")
+CONV_BN_NAMES = (
+    "input",
+    "weight",
+    "running_mean",
+    "running_var",
+    "gamma",
+    "beta",
+    "stride",
+    "padding",
+    "momentum",
+    "eps",
+)
 
 
 @st.composite
 def conv_bn_cases(draw):
     n, c_in, c_out = draw(st.integers(0, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 3))
     h, w, k = draw(st.integers(1, 5)), draw(st.integers(1, 5)), draw(st.integers(1, 3))
-    per_channel = {name: [c_out] if draw(st.booleans()) else None
-                   for name in ("running_mean", "running_var", "gamma", "beta")}
+    per_channel = {
+        name: [c_out] if draw(st.booleans()) else None
+        for name in ("running_mean", "running_var", "gamma", "beta")
+    }
     if draw(st.integers(0, 3)):  # both running statistics or neither, mostly
         per_channel["running_var"] = per_channel["running_mean"]
     shapes = {"input": [n, c_in, h, w], "weight": [c_out, c_in, k, k], **per_channel}
@@ -438,7 +525,8 @@ def conv_bn_cases(draw):
         padding=draw(st.sampled_from([0, 1, (0, 1)] if good else [-1, (1, 2, 3), 2**62])),
         training=draw(st.booleans()),
         momentum=draw(st.sampled_from([0.1, 0.0, 1.0] if good else [True, "0.1", None])),
-        eps=draw(st.sampled_from([1e-5, 1e-3, 0.1] if good else ["1e-5", -1.0, math.nan])))
+        eps=draw(st.sampled_from([1e-5, 1e-3, 0.1] if good else ["1e-5", -1.0, math.nan])),
+    )
     options["good"] = good
     return shapes, kinds_, broken, options
 
@@ -460,8 +548,13 @@ def _folded_conv_bn(args, options):
     bias = -args["running_mean"] * scale
     if args["beta"] is not None:
         bias = bias + args["beta"]
-    return torch.nn.functional.conv2d(args["input"], args["weight"] * scale.reshape(-1, 1, 1, 1),
-                                      bias, options["stride"], options["padding"])
+    return torch.nn.functional.conv2d(
+        args["input"],
+        args["weight"] * scale.reshape(-1, 1, 1, 1),
+        bias,
+        options["stride"],
+        options["padding"],
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -473,11 +566,14 @@ def test_fused_conv_bn2d(device, case):
     kind = kinds_["input"]
 
     def args_on(dev, dtype=None):
-        made = {n: None if shapes[n] is None else kinds_[n].make(*shapes[n], device=dev)
-                for n in shapes}
+        made = {
+            n: None if shapes[n] is None else kinds_[n].make(*shapes[n], device=dev) for n in shapes
+        }
         if dtype is not None:
-            made = {n: t.to(dtype) if t is not None and t.is_floating_point() else t
-                    for n, t in made.items()}
+            made = {
+                n: t.to(dtype) if t is not None and t.is_floating_point() else t
+                for n, t in made.items()
+            }
         if made["running_var"] is not None and made["running_var"].is_floating_point():
             # a variance is not negative
             made["running_var"] = made["running_var"].abs()
@@ -486,41 +582,65 @@ def test_fused_conv_bn2d(device, case):
     # Evaluation needs running statistics (also for an empty batch, which
     # torch.nn.functional.batch_norm lets through), and they come in pairs.
     stats_given = {shapes["running_mean"] is None, shapes["running_var"] is None}
-    valid_options = good_options and stats_given != {True, False} and (
-        options["training"] or shapes["running_mean"] is not None)
+    valid_options = (
+        good_options
+        and stats_given != {True, False}
+        and (options["training"] or shapes["running_mean"] is not None)
+    )
     wants = []  # (output, running statistics) per reference dtype that computes the case
     if valid_options and kind.dtype in _supported(device):
         for r in _reference_dtypes(kind.dtype, kind.special):
             ref_args = args_on(device, r)
-            stats = [None if ref_args[n] is None else ref_args[n].clone()
-                     for n in ("running_mean", "running_var")]
-            want = _conv_bn_reference(ref_args["input"], ref_args["weight"], stats,
-                                      ref_args["gamma"], ref_args["beta"], options)
+            stats = [
+                None if ref_args[n] is None else ref_args[n].clone()
+                for n in ("running_mean", "running_var")
+            ]
+            want = _conv_bn_reference(
+                ref_args["input"],
+                ref_args["weight"],
+                stats,
+                ref_args["gamma"],
+                ref_args["beta"],
+                options,
+            )
             if want is not None:
                 wants.append(want)
     # sizes the reference need not refuse (it broadcasts some)
     c_out = shapes["weight"][0]
-    consistent = (len(shapes["input"]) == len(shapes["weight"]) == 4
-                  and shapes["weight"][1] == shapes["input"][1]
-                  and all(shapes[n] in (None, [c_out]) for n in CONV_BN_NAMES[2:6]))
+    consistent = (
+        len(shapes["input"]) == len(shapes["weight"]) == 4
+        and shapes["weight"][1] == shapes["input"][1]
+        and all(shapes[n] in (None, [c_out]) for n in CONV_BN_NAMES[2:6])
+    )
     # running statistics are updated in place: an expanded one is refused
-    expanded_stats = (options["training"] and shapes["running_mean"] is not None
-                      and kinds_["running_mean"].layout == "expanded" and c_out > 1)
-    expect_ok = (broken != "dtype" and consistent and valid_options and bool(wants)
-                 and not expanded_stats)
+    expanded_stats = (
+        options["training"]
+        and shapes["running_mean"] is not None
+        and kinds_["running_mean"].layout == "expanded"
+        and c_out > 1
+    )
+    expect_ok = (
+        broken != "dtype" and consistent and valid_options and bool(wants) and not expanded_stats
+    )
     if expect_ok and kind.special and not options["training"]:
         # Evaluation folds the statistics into the weight (documented): a subnormal
         # weight times a small scale underflows to 0 there, and 0 * Inf is NaN.
         args = args_on(device)
-        wants.append((_folded_conv_bn(args, options),
-                      [args["running_mean"], args["running_var"]]))
+        wants.append((_folded_conv_bn(args, options), [args["running_mean"], args["running_var"]]))
     state = {}
 
     def call_on(dev):
         made = args_on(dev)
         state[dev] = made
-        return ops.fused_conv_bn2d(made["input"], made["weight"], made["running_mean"],
-                                   made["running_var"], made["gamma"], made["beta"], **options)
+        return ops.fused_conv_bn2d(
+            made["input"],
+            made["weight"],
+            made["running_mean"],
+            made["running_var"],
+            made["gamma"],
+            made["beta"],
+            **options,
+        )
 
     def compare(result):
         made = state[device]
@@ -532,8 +652,12 @@ def test_fused_conv_bn2d(device, case):
         tolerance = dict(rtol=1e-3, atol=1e-3) if kind.dtype == torch.float32 else {}
         # each tensor (output, new running statistics) matches one of the references
         for i, tensor in enumerate(got):
-            _assert_matches_one(tensor, [([out] + [s for s in stats if s is not None])[i]
-                                         for out, stats in wants],
-                                kind.dtype, kind.special, **tolerance)
+            _assert_matches_one(
+                tensor,
+                [([out] + [s for s in stats if s is not None])[i] for out, stats in wants],
+                kind.dtype,
+                kind.special,
+                **tolerance,
+            )
 
     _check(device, CONV_BN_NAMES, call_on, expect_ok, compare, kind.dtype)

@@ -7,9 +7,9 @@ import warnings
 
 import pytest
 import torch
+from override_probe import call_through, example_args, probe_type
 from torch.overrides import get_ignored_functions, get_testing_overrides
 
-from override_probe import call_through, example_args, probe_type
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor
 
 PROBES = {
@@ -38,8 +38,10 @@ def test_every_overridable_function_reaches_the_type(name):
                 outcomes["no example"].append(func)
                 continue
             outcomes[call_through(func, args, instance)].append(func)
-    names = {k: sorted(torch.overrides.resolve_name(f) or repr(f) for f in v)
-             for k, v in outcomes.items()}
+    names = {
+        k: sorted(torch.overrides.resolve_name(f) or repr(f) for f in v)
+        for k, v in outcomes.items()
+    }
     # none returns an answer without the type seeing the call
     assert set(names.get("bypassed", [])) <= KNOWN_BYPASSES, names.get("bypassed")
     # "no call": our generic example arguments did not fit the function's signature
@@ -49,7 +51,12 @@ def test_every_overridable_function_reaches_the_type(name):
     assert len(outcomes["reached"]) / tried >= (0.99 if base is not ScalarTensor else 0.95)
     if base is ScalarTensor:
         assert set(names.get("own", [])) <= {
-            "torch.Tensor.__len__", "torch.Tensor.__repr__", "torch.Tensor.device.__get__",
-            "torch.Tensor.dtype.__get__", "torch.Tensor.shape.__get__", "torch.Tensor.dim",
-            "torch.Tensor.size", "torch.Tensor.__setstate__"}  # (the last: its unpickling)
-
+            "torch.Tensor.__len__",
+            "torch.Tensor.__repr__",
+            "torch.Tensor.device.__get__",
+            "torch.Tensor.dtype.__get__",
+            "torch.Tensor.shape.__get__",
+            "torch.Tensor.dim",
+            "torch.Tensor.size",
+            "torch.Tensor.__setstate__",
+        }  # (the last: its unpickling)

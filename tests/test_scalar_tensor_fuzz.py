@@ -7,15 +7,13 @@ ValueError or RuntimeError too.
 """
 
 import pytest
-import torch
+from conftest import DEVICES
+from fuzz_tensors import Kind, kinds, numbers
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-
-from fuzz_tensors import Kind, kinds, numbers
 from scalar_cases import CASES, assert_same, dense
-from tensortools import ScalarTensor
 
-from conftest import DEVICES
+from tensortools import ScalarTensor
 
 ERRORS = (TypeError, ValueError, RuntimeError)
 # Cases combining the two ScalarTensors d and e: sizes that differ are refused even where
@@ -57,15 +55,17 @@ def test_handlers_match_the_dense_matrix(device, case):
         except Exception as err:
             got, got_error = None, err
         event(f"{name}: {'refused' if want_error else 'computed'}")
-        context = f"{name}: N={n} {d!r} {d.dtype} e={e!r} {e.dtype} t {t.dtype}{tuple(t.shape)} s={s!r}"
+        context = (
+            f"{name}: N={n} {d!r} {d.dtype} e={e!r} {e.dtype} t {t.dtype}{tuple(t.shape)} s={s!r}"
+        )
         if name in PAIRS and d.N != e.N:
             assert isinstance(got_error, ERRORS), f"{context}: sizes differ, got {got_error!r}"
             continue
         if want_error is not None:
             # the handler's own errors, or torch's: the dense path raises what torch raises
             assert isinstance(got_error, (*ERRORS, type(want_error))), (
-                f"{context}: the dense call raised {want_error!r}, the handler gave "
-                f"{got_error!r}")
+                f"{context}: the dense call raised {want_error!r}, the handler gave {got_error!r}"
+            )
             continue
         assert got_error is None, f"{context}: the handler raised {got_error!r}"
         try:

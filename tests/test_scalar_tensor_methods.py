@@ -25,8 +25,17 @@ import torch
 from tensortools import ScalarTensor
 from tensortools.dispatch import CannotHoldResult
 
-DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32,
-          torch.int64, torch.uint8, torch.bool, torch.complex64]
+DTYPES = [
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+]
 
 
 def _values(dtype: torch.dtype) -> list:
@@ -44,9 +53,20 @@ def _values(dtype: torch.dtype) -> list:
 # own hazards on the dense call: lu_unpack trusts its pivots (a dense integer matrix as
 # pivots corrupts the heap), binomial and poisson run for as long as their count or rate
 # is large (3.4e38 never ends).
-_SKIP = {"__setstate__", "__reduce_ex__", "__torch_function__", "__deepcopy__",
-         "__array_wrap__", "share_memory_", "pin_memory", "__dlpack__", "__repr__",
-         "lu_unpack", "binomial", "poisson"}
+_SKIP = {
+    "__setstate__",
+    "__reduce_ex__",
+    "__torch_function__",
+    "__deepcopy__",
+    "__array_wrap__",
+    "share_memory_",
+    "pin_memory",
+    "__dlpack__",
+    "__repr__",
+    "lu_unpack",
+    "binomial",
+    "poisson",
+}
 
 
 def _calls() -> list:
@@ -54,16 +74,20 @@ def _calls() -> list:
     overridable torch function, called as torch.function(d, ...); sorted by name, so that
     each parametrised run samples the same calls."""
     found = {}
-    for namespace, prefix in ((torch.Tensor, "Tensor."), (torch, "torch."),
-                              (torch.linalg, "torch.linalg."), (torch.special, "torch.special."),
-                              (torch.nn.functional, "torch.nn.functional.")):
+    for namespace, prefix in (
+        (torch.Tensor, "Tensor."),
+        (torch, "torch."),
+        (torch.linalg, "torch.linalg."),
+        (torch.special, "torch.special."),
+        (torch.nn.functional, "torch.nn.functional."),
+    ):
         for func in torch.overrides.get_overridable_functions().get(namespace, ()):
             name = getattr(func, "__name__", "")
             private = name.startswith("_") and not name.endswith("__")
             if name in _SKIP or private or func in torch.overrides.get_ignored_functions():
                 continue
             if namespace is torch.Tensor:
-                found[prefix + name] = (lambda x, *a, _n=name: getattr(x, _n)(*a))
+                found[prefix + name] = lambda x, *a, _n=name: getattr(x, _n)(*a)
             else:
                 found[prefix + name] = func
     return sorted(found.items())
@@ -71,14 +95,53 @@ def _calls() -> list:
 
 CALLS = _calls()
 # Calls whose values depend on summation order or LAPACK: compared to rounding.
-_ROUNDED = {"sum", "mean", "nansum", "nanmean", "trace", "det", "logdet", "slogdet",
-            "inverse", "matmul", "mm", "__matmul__", "__rmatmul__", "prod", "std", "var",
-            "norm", "cumsum", "cumprod", "logsumexp", "softmax", "log_softmax", "dist",
-            "renorm", "addmm", "addmm_", "matrix_power", "matrix_exp", "pinverse",
-            "cholesky_inverse", "outer", "dot", "vdot", "inner", "kron", "tensordot", "chain_matmul"}
+_ROUNDED = {
+    "sum",
+    "mean",
+    "nansum",
+    "nanmean",
+    "trace",
+    "det",
+    "logdet",
+    "slogdet",
+    "inverse",
+    "matmul",
+    "mm",
+    "__matmul__",
+    "__rmatmul__",
+    "prod",
+    "std",
+    "var",
+    "norm",
+    "cumsum",
+    "cumprod",
+    "logsumexp",
+    "softmax",
+    "log_softmax",
+    "dist",
+    "renorm",
+    "addmm",
+    "addmm_",
+    "matrix_power",
+    "matrix_exp",
+    "pinverse",
+    "cholesky_inverse",
+    "outer",
+    "dot",
+    "vdot",
+    "inner",
+    "kron",
+    "tensordot",
+    "chain_matmul",
+}
 # Results whose values are uninitialised memory or opaque packed buffers.
-_UNDEFINED = {"new_empty", "new_empty_strided", "empty_like", "fbgemm_pack_gemm_matrix_fp16",
-              "fbgemm_pack_quantized_matrix"}
+_UNDEFINED = {
+    "new_empty",
+    "new_empty_strided",
+    "empty_like",
+    "fbgemm_pack_gemm_matrix_fp16",
+    "fbgemm_pack_quantized_matrix",
+}
 
 
 def _plain(x):
@@ -99,8 +162,11 @@ def _undefined(name: str, finite: bool) -> bool:
     # LAPACK's least squares refuses non-finite input (MKL: "Parameter 4 was incorrect")
     # yet returns; two runs of the same dense call differ: only dtype and shape are
     # defined there
-    return (name in _UNDEFINED or "_polynomial_" in name
-            or (not finite and name in ("lstsq", "linalg_lstsq")))
+    return (
+        name in _UNDEFINED
+        or "_polynomial_" in name
+        or (not finite and name in ("lstsq", "linalg_lstsq"))
+    )
 
 
 def _same(got, want, name: str, finite: bool = True) -> str:
@@ -128,10 +194,13 @@ def _same(got, want, name: str, finite: bool = True) -> str:
     if isinstance(want, (list, tuple)) and not isinstance(want, torch.Size):
         if not isinstance(got, (list, tuple)) or len(got) != len(want):
             return f"returned {got!r} instead of {want!r}"
-        return next((r for r in (_same(g, w, name, finite) for g, w in zip(got, want)) if r),
-                    "")
+        return next((r for r in (_same(g, w, name, finite) for g, w in zip(got, want)) if r), "")
     if isinstance(want, (float, complex)) and type(got) is type(want) and want != want:
-        return "" if got != got and repr(got) == repr(want) else f"returned {got!r} instead of {want!r}"
+        return (
+            ""
+            if got != got and repr(got) == repr(want)
+            else f"returned {got!r} instead of {want!r}"
+        )
     if type(got) is not type(want) or got != want:
         return f"returned {got!r} instead of {want!r}"
     return ""
@@ -139,11 +208,16 @@ def _same(got, want, name: str, finite: bool = True) -> str:
 
 def _operands(d: ScalarTensor, rng: random.Random) -> list:
     # (integer operands stay small: a method may take them as sizes)
-    value = rng.choice(_values(d.dtype) if d.dtype.is_floating_point or d.dtype.is_complex
-                       else [0, 1, 3])
-    return [(), (2,), (torch.tensor(value, dtype=d.dtype),),
-            (ScalarTensor(d.N, value, dtype=d.dtype),),
-            (torch.full((d.N, d.N), 1, dtype=d.dtype),)]
+    value = rng.choice(
+        _values(d.dtype) if d.dtype.is_floating_point or d.dtype.is_complex else [0, 1, 3]
+    )
+    return [
+        (),
+        (2,),
+        (torch.tensor(value, dtype=d.dtype),),
+        (ScalarTensor(d.N, value, dtype=d.dtype),),
+        (torch.full((d.N, d.N), 1, dtype=d.dtype),),
+    ]
 
 
 def _attempt(call):
@@ -199,30 +273,70 @@ def test_every_method_matches_the_dense_matrix(dtype):
                     d = ScalarTensor(n, value, dtype=dtype)
                     reason = _check_call(name, func, d, operands)
                     if reason:
-                        failures.append(f"{name}(N={n}, value={value!r}, "
-                                        f"{[type(o).__name__ for o in operands]}): {reason}")
+                        failures.append(
+                            f"{name}(N={n}, value={value!r}, "
+                            f"{[type(o).__name__ for o in operands]}): {reason}"
+                        )
     assert not failures, f"{len(failures)} calls differ:\n" + "\n".join(failures[:40])
 
 
 # --- queries and conversions never build the dense matrix --------------------------------
 
-QUERIES = ["numel", "nelement", "dim", "ndimension", "element_size", "get_device",
-           "is_complex", "is_floating_point", "is_signed", "is_conj", "is_neg",
-           "is_inference", "is_contiguous", "is_pinned", "is_shared", "stride",
-           "storage_offset", "type"]
-PROPERTIES = ["requires_grad", "is_leaf", "grad", "grad_fn", "ndim", "layout", "is_cuda",
-              "is_cpu", "is_sparse", "is_quantized", "is_meta", "is_nested", "itemsize",
-              "nbytes", "shape", "dtype", "device", "T", "mT", "data", "real"]
+QUERIES = [
+    "numel",
+    "nelement",
+    "dim",
+    "ndimension",
+    "element_size",
+    "get_device",
+    "is_complex",
+    "is_floating_point",
+    "is_signed",
+    "is_conj",
+    "is_neg",
+    "is_inference",
+    "is_contiguous",
+    "is_pinned",
+    "is_shared",
+    "stride",
+    "storage_offset",
+    "type",
+]
+PROPERTIES = [
+    "requires_grad",
+    "is_leaf",
+    "grad",
+    "grad_fn",
+    "ndim",
+    "layout",
+    "is_cuda",
+    "is_cpu",
+    "is_sparse",
+    "is_quantized",
+    "is_meta",
+    "is_nested",
+    "itemsize",
+    "nbytes",
+    "shape",
+    "dtype",
+    "device",
+    "T",
+    "mT",
+    "data",
+    "real",
+]
 
 
 def _no_dense(monkeypatch):
     def refuse(self):
         raise AssertionError("the dense matrix was built")
+
     monkeypatch.setattr(ScalarTensor, "tensor", refuse)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.bool,
-                                   torch.complex64], ids=str)
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.int64, torch.bool, torch.complex64], ids=str
+)
 def test_queries_never_build_the_dense_matrix(monkeypatch, dtype):
     small = ScalarTensor(3, 1, dtype=dtype)
     small_dense = small.tensor()
@@ -255,9 +369,11 @@ def test_queries_never_build_the_dense_matrix(monkeypatch, dtype):
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 10**12])
-@pytest.mark.parametrize("convert", [bool, float, int, complex, lambda d: d.item(),
-                                     lambda d: torch.is_nonzero(d)],
-                         ids=["bool", "float", "int", "complex", "item", "is_nonzero"])
+@pytest.mark.parametrize(
+    "convert",
+    [bool, float, int, complex, lambda d: d.item(), lambda d: torch.is_nonzero(d)],
+    ids=["bool", "float", "int", "complex", "item", "is_nonzero"],
+)
 def test_conversions_match_the_dense_matrix(monkeypatch, n, convert):
     d = ScalarTensor(n, 2.5)
     dense = d.tensor() if n < 10 else torch.zeros(2, 2)  # what any N > 1 answers
@@ -362,8 +478,9 @@ def test_low_precision_reductions_accumulate_like_the_dense_matrix():
 def test_repr_prints_the_value_as_its_dtype_would():
     assert repr(ScalarTensor(2, 3.14) + ScalarTensor(2, 3.14)) == "ScalarTensor(N=2, value=6.28)"
     assert repr(ScalarTensor(2, 1 / 3)) == "ScalarTensor(N=2, value=0.33333334)"
-    assert repr(ScalarTensor(2, 1 / 3, dtype=torch.float64)) == \
-        f"ScalarTensor(N=2, value={1 / 3!r})"
+    assert (
+        repr(ScalarTensor(2, 1 / 3, dtype=torch.float64)) == f"ScalarTensor(N=2, value={1 / 3!r})"
+    )
     assert repr(ScalarTensor(2, 0.1, dtype=torch.bfloat16)) == "ScalarTensor(N=2, value=0.1)"
     assert repr(ScalarTensor(2, 5, dtype=torch.int8)) == "ScalarTensor(N=2, value=5)"
     assert repr(ScalarTensor(2, 1.1 + 2.2j)) == "ScalarTensor(N=2, value=(1.1+2.2j))"
@@ -373,3 +490,67 @@ def test_repr_prints_the_value_as_its_dtype_would():
         d = ScalarTensor(2, value)
         shown = float(repr(d).split("value=")[1][:-1])
         assert torch.tensor(shown, dtype=torch.float32).item() == d.tensor()[0, 0].item()
+
+
+def test_a_refused_out_changes_none_of_the_outputs():
+    a, b = ScalarTensor(2, 5.0), ScalarTensor(2, 0, dtype=torch.int64)
+    with pytest.raises(CannotHoldResult):
+        torch.sort(torch.zeros(2, 2), out=(a, b))  # b cannot hold the indices
+    assert a.value == 5.0 and b.value == 0
+
+
+@pytest.mark.parametrize(
+    "change,value",
+    [
+        (lambda d: torch.nn.init.eye_(d), 1.0),
+        (lambda d: torch.nn.init.zeros_(tensor=d), 0.0),
+        (lambda d: torch.ops.aten.mul_.Scalar(d, 0.25), 0.5),
+        (lambda d: torch._foreach_mul_([d], 0.25), 0.5),
+        (lambda d: torch.nn.functional.hardtanh(d, -1.0, 0.5, True), 0.5),
+    ],
+    ids=["init positional", "init keyword", "aten overload", "foreach", "functional flag"],
+)
+def test_in_place_calls_of_every_form_change_the_scalar_tensor(change, value):
+    d = ScalarTensor(3, 2.0)
+    dense = d.tensor()
+    change(d)
+    change(dense)
+    assert torch.equal(d.tensor(), dense) and d.value == value
+    with pytest.raises(CannotHoldResult):
+        torch.nn.init.constant_(d, 0.5)  # 0.5 everywhere: not value * I
+    assert d.value == value
+
+
+def test_views_share_the_value_and_copies_do_not():
+    d = ScalarTensor(3, 2.0)
+    d.detach().zero_()
+    assert d.value == 0.0  # detach(), like .data, t() and T, shares the value
+    one = ScalarTensor(1, 2.0)
+    one.diagonal().fill_(7.0)
+    assert one.value == 7.0  # the main diagonal is a view of the value
+    big = ScalarTensor(3, 2.0)
+    big.diagonal().fill_(7.0)  # every entry the same number: still value * I
+    assert big.value == 7.0
+    with pytest.raises(RuntimeError, match="single memory location"):
+        big.diagonal().add_(torch.arange(3.0))  # entries would differ: refused
+    assert big.value == 7.0
+
+
+def test_the_sign_of_zero_off_the_diagonal_follows_the_dense_matrix():
+    d = ScalarTensor(2, 1.0)
+    for got, want in ((-0.0 * d, -0.0 * d.tensor()), (d * -1, d.tensor() * -1)):
+        assert torch.equal(torch.signbit(got.tensor()), torch.signbit(want))
+    e = ScalarTensor(2, 1.0)
+    e.mul_(-0.0)
+    assert torch.equal(torch.signbit(e.tensor()), torch.signbit(-0.0 * d.tensor()))
+
+
+def test_more_queries_never_build_the_dense_matrix(monkeypatch):
+    huge = ScalarTensor(10**12, 1.0)
+    _no_dense(monkeypatch)
+    assert huge.dim_order() == (0, 1)
+    assert huge.requires_grad_(False) is huge
+    with pytest.raises(TypeError, match="cannot require grad"):
+        huge.requires_grad_()
+    assert ScalarTensor(0, 1.0).stride() == torch.zeros(0, 0).stride()
+    assert huge.is_set_to(huge) and huge.is_set_to(huge.detach())

@@ -11,11 +11,21 @@ import torch
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor
 
-# Every kind of value the safe loader rebuilds (SPEC: str, numbers, bool, None, lists,
+# Every kind of value the safe loader rebuilds (str, numbers, bool, None, lists,
 # tuples, dicts, tensors), nested.
-SAFE_METADATA = {"s": "x", "i": -3, "f": 2.5, "c": 1 + 2j, "b": True, "none": None,
-                 "list": [1, [2.0, "three"]], "tuple": (1, (2,)), "dict": {"k": {"n": 1}},
-                 "t": torch.arange(3.0), 7: "int key"}
+SAFE_METADATA = {
+    "s": "x",
+    "i": -3,
+    "f": 2.5,
+    "c": 1 + 2j,
+    "b": True,
+    "none": None,
+    "list": [1, [2.0, "three"]],
+    "tuple": (1, (2,)),
+    "dict": {"k": {"n": 1}},
+    "t": torch.arange(3.0),
+    7: "int key",
+}
 
 
 def _save_load(obj, **load_kwargs):
@@ -35,23 +45,34 @@ def _same_metadata(a, b):
 
 
 def _round_trips(obj):
-    return {"torch.load(weights_only=True)": _save_load({"x": obj})["x"],
-            "pickle": pickle.loads(pickle.dumps(obj)), "deepcopy": copy.deepcopy(obj)}
+    return {
+        "torch.load(weights_only=True)": _save_load({"x": obj})["x"],
+        "pickle": pickle.loads(pickle.dumps(obj)),
+        "deepcopy": copy.deepcopy(obj),
+    }
 
 
 def test_metadata_tensor_round_trips():
     m = MetadataTensor(torch.randn(2, 3), SAFE_METADATA)
     for how, r in _round_trips(m).items():
-        assert type(r) is MetadataTensor and torch.equal(r.as_subclass(torch.Tensor),
-                                                         m.as_subclass(torch.Tensor)), how
+        assert type(r) is MetadataTensor and torch.equal(
+            r.as_subclass(torch.Tensor), m.as_subclass(torch.Tensor)
+        ), how
         _same_metadata(r.metadata, m.metadata)
         assert r.metadata is not m.metadata, how
 
 
-@pytest.mark.parametrize("d", [ScalarTensor(3, 3.14), ScalarTensor(2, 5, dtype=torch.int32),
-                               ScalarTensor(2, 1 + 2j), ScalarTensor(0, float("nan")),
-                               ScalarTensor(4, 2, dtype=torch.float64)],
-                         ids=["float", "int32", "complex", "empty-nan", "int-value-float64"])
+@pytest.mark.parametrize(
+    "d",
+    [
+        ScalarTensor(3, 3.14),
+        ScalarTensor(2, 5, dtype=torch.int32),
+        ScalarTensor(2, 1 + 2j),
+        ScalarTensor(0, float("nan")),
+        ScalarTensor(4, 2, dtype=torch.float64),
+    ],
+    ids=["float", "int32", "complex", "empty-nan", "int-value-float64"],
+)
 def test_scalar_tensor_round_trips(d):
     for how, r in _round_trips(d).items():
         assert type(r) is ScalarTensor and repr(r) == repr(d) and r.dtype == d.dtype, how
@@ -61,13 +82,17 @@ def test_scalar_tensor_round_trips(d):
 def test_logging_tensor_round_trips():
     x = LoggingTensor(torch.randn(4))
     for how, r in _round_trips(x).items():
-        assert type(r) is LoggingTensor and torch.equal(r.as_subclass(torch.Tensor),
-                                                        x.as_subclass(torch.Tensor)), how
+        assert type(r) is LoggingTensor and torch.equal(
+            r.as_subclass(torch.Tensor), x.as_subclass(torch.Tensor)
+        ), how
 
 
 def test_a_state_dict_of_typed_tensors_loads_safely():
-    state = {"w": MetadataTensor(torch.ones(2), {"unit": "m"}), "d": ScalarTensor(2, 0.5),
-             "log": LoggingTensor(torch.zeros(1))}
+    state = {
+        "w": MetadataTensor(torch.ones(2), {"unit": "m"}),
+        "d": ScalarTensor(2, 0.5),
+        "log": LoggingTensor(torch.zeros(1)),
+    }
     loaded = _save_load(state)
     assert loaded["w"].metadata == {"unit": "m"} and loaded["d"].value == 0.5
     assert type(loaded["log"]) is LoggingTensor
@@ -109,13 +134,16 @@ def test_unsafe_metadata_fails_at_load_naming_the_type():
 def _crafted(obj, state):
     """obj saved with `state` in place of its own: what a crafted file holds."""
     cls = type(obj)
-    original = cls.__getstate__
+    own = cls.__dict__.get("__getstate__")
     cls.__getstate__ = lambda self: state
     try:
         torch_file, pickle_file = io.BytesIO(), pickle.dumps(obj)
         torch.save(obj, torch_file)
     finally:
-        cls.__getstate__ = original
+        if own is None:
+            del cls.__getstate__
+        else:
+            cls.__getstate__ = own
     torch_file.seek(0)
     return (lambda: torch.load(torch_file, weights_only=True), lambda: pickle.loads(pickle_file))
 
@@ -124,9 +152,11 @@ def _plain(t):
     return t.as_subclass(torch.Tensor)
 
 
-@pytest.mark.parametrize("make", [lambda: MetadataTensor(torch.ones(2), {"a": 1}),
-                                  lambda: LoggingTensor(torch.ones(2))],
-                         ids=["MetadataTensor", "LoggingTensor"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: MetadataTensor(torch.ones(2), {"a": 1}), lambda: LoggingTensor(torch.ones(2))],
+    ids=["MetadataTensor", "LoggingTensor"],
+)
 def test_attributes_a_user_sets_round_trip(make):
     obj = make()
     obj.note, obj.scale = "x", torch.tensor(2.0)
@@ -145,9 +175,11 @@ def test_metadata_referring_to_its_own_tensor_round_trips():
         assert r.metadata["k"] == 1 and torch.equal(_plain(r), _plain(m)), how
 
 
-@pytest.mark.parametrize("make", [lambda: MetadataTensor(torch.ones(2)),
-                                  lambda: LoggingTensor(torch.ones(2))],
-                         ids=["MetadataTensor", "LoggingTensor"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: MetadataTensor(torch.ones(2)), lambda: LoggingTensor(torch.ones(2))],
+    ids=["MetadataTensor", "LoggingTensor"],
+)
 @pytest.mark.parametrize("name", ["add", "grad", "data", "policy"])
 def test_attributes_the_class_defines_are_refused_when_saving(make, name):
     obj = make()
@@ -158,25 +190,31 @@ def test_attributes_the_class_defines_are_refused_when_saving(make, name):
         torch.save(obj, io.BytesIO())
 
 
-@pytest.mark.parametrize("state,words", [
-    ({"metadata": 5}, "'metadata' must be a dict"),
-    ({"metadata": {}, "_merge_policy": "union"}, "'_merge_policy' is not an attribute"),
-    ({"metadata": {}, "__class__": LoggingTensor}, "'__class__' is not an attribute"),
-    ({"__dict__": {}}, "'__dict__' is not an attribute"),
-    ({"not an identifier": 1}, "is not an attribute"),
-    (["metadata"], "expected a dict of attributes"),
-])
+@pytest.mark.parametrize(
+    "state,words",
+    [
+        ({"metadata": 5}, "'metadata' must be a dict"),
+        ({"metadata": {}, "_merge_policy": "union"}, "'_merge_policy' is not an attribute"),
+        ({"metadata": {}, "__class__": LoggingTensor}, "'__class__' is not an attribute"),
+        ({"__dict__": {}}, "'__dict__' is not an attribute"),
+        ({"not an identifier": 1}, "is not an attribute"),
+        (["metadata"], "expected a dict of attributes"),
+    ],
+)
 def test_crafted_metadata_tensor_state_is_refused(state, words):
     for load in _crafted(MetadataTensor(torch.ones(2), {}), state):
         with pytest.raises(pickle.UnpicklingError, match=words):
             load()
 
 
-@pytest.mark.parametrize("state,words", [
-    ({"__class__": MetadataTensor}, "'__class__' is not an attribute"),
-    ({"sum": 1}, "'sum' is not an attribute"),
-    ((1, 2), "expected a dict of attributes"),
-])
+@pytest.mark.parametrize(
+    "state,words",
+    [
+        ({"__class__": MetadataTensor}, "'__class__' is not an attribute"),
+        ({"sum": 1}, "'sum' is not an attribute"),
+        ((1, 2), "expected a dict of attributes"),
+    ],
+)
 def test_crafted_logging_tensor_state_is_refused(state, words):
     for load in _crafted(LoggingTensor(torch.ones(2)), state):
         with pytest.raises(pickle.UnpicklingError, match=words):
@@ -193,12 +231,49 @@ def test_a_file_of_the_previous_layout_still_loads():
     assert old.metadata == {"k": 1} and type(old) is MetadataTensor
 
 
-@pytest.mark.parametrize("change", [
-    {"N": -1}, {"N": 2.0}, {"_pair": torch.ones(3)}, {"_pair": [1.0, 0.0]},
-    {"_pair": torch.tensor([1.5, 2.0])}, {"_shown": 7.5}, {"_shown": "3"}, {"extra": 1}])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"N": -1},
+        {"N": 2.0},
+        {"_pair": torch.ones(3)},
+        {"_pair": [1.0, 0.0]},
+        {"_pair": torch.tensor([1.5, 2.0])},
+        {"_shown": 7.5},
+        {"_shown": "3"},
+        {"extra": 1},
+    ],
+)
 def test_crafted_scalar_tensor_state_is_refused(change):
     d = ScalarTensor(2, 1.5)
     d.__dict__.update(change)
     for load in (lambda: _save_load(d), lambda: pickle.loads(pickle.dumps(d))):
         with pytest.raises(pickle.UnpicklingError, match="invalid saved state"):
             load()
+
+
+@pytest.mark.parametrize(
+    "pair,shown",
+    [
+        (torch.tensor([float("nan"), 0.0]), 5.0),  # shown value other than the stored NaN
+        (torch.tensor([1.5, 0.0], requires_grad=True), None),
+        (torch.tensor([1.5]).expand(2), None),  # expanded: one number for both entries
+        (torch.tensor([1.5, 0.0], device="meta"), None),
+    ],
+    ids=["nan shown as 5", "requires grad", "expanded", "meta"],
+)
+def test_crafted_scalar_tensor_pairs_are_refused(pair, shown):
+    d = ScalarTensor(2, 1.5)
+    for load in _crafted(d, {"N": 2, "_pair": pair, "_shown": shown}):
+        with pytest.raises(pickle.UnpicklingError, match="invalid saved state"):
+            load()
+
+
+def test_deepcopy_keeps_views_sharing_storage():
+    m = MetadataTensor(torch.arange(4.0), {"k": 1})
+    m.metadata["view"] = m[1:3]
+    copied = copy.deepcopy(m)
+    with torch.no_grad():
+        copied.as_subclass(torch.Tensor)[1] = 99.0
+    assert copied.metadata["view"].as_subclass(torch.Tensor)[0].item() == 99.0
+    assert m.as_subclass(torch.Tensor)[1].item() == 1.0  # the original is untouched

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -53,8 +54,9 @@ def run_in_turns(order, steps: dict[str, Callable[[], None]]) -> None:
         raise errors[0]
 
 
-def check_thread_local(enter: Callable[[str], Any], seen: Callable[[], Any],
-                       values: dict[str, Any], default: Any) -> None:
+def check_thread_local(
+    enter: Callable[[str], Any], seen: Callable[[], Any], values: dict[str, Any], default: Any
+) -> None:
     """For each order: thread X enters a block (enter(X) returns its context manager) that
     makes seen() give values[X] in that thread, until it leaves; everyone else sees
     default, the process-wide value, before, during and after."""
@@ -73,6 +75,7 @@ def check_thread_local(enter: Callable[[str], Any], seen: Callable[[], Any],
                     inside.discard(name)
                 assert seen() == (values[name] if name in inside else default), (order, name)
                 assert main_view[-1] == default
+
             return act
 
         main_view = [seen()]
@@ -85,8 +88,12 @@ def test_tracking_is_per_thread():
     def seen():
         return type(torch.add(MetadataTensor(torch.ones(2), {"k": 1}), 1)).__name__
 
-    check_thread_local(lambda n: MetadataTensor.tracking(n == "B"), seen,
-                       {"A": "Tensor", "B": "MetadataTensor"}, "MetadataTensor")
+    check_thread_local(
+        lambda n: MetadataTensor.tracking(n == "B"),
+        seen,
+        {"A": "Tensor", "B": "MetadataTensor"},
+        "MetadataTensor",
+    )
 
 
 def test_merge_policy_is_per_thread():
@@ -94,8 +101,12 @@ def test_merge_policy_is_per_thread():
         a, b = MetadataTensor(torch.ones(1), {"a": 1}), MetadataTensor(torch.ones(1), {"b": 2})
         return tuple(sorted((a + b).metadata))
 
-    check_thread_local(lambda n: MetadataTensor.merge_policy("union" if n == "A" else "first"),
-                       seen, {"A": ("a", "b"), "B": ("a",)}, ("a",))
+    check_thread_local(
+        lambda n: MetadataTensor.merge_policy("union" if n == "A" else "first"),
+        seen,
+        {"A": ("a", "b"), "B": ("a",)},
+        ("a",),
+    )
 
 
 class Strictable(TensorWrapper):
@@ -106,11 +117,15 @@ class StrictableChild(Strictable):
     pass
 
 
-@pytest.mark.parametrize("cls,make", [
-    (ScalarTensor, lambda: ScalarTensor(2, 1.0)),
-    (MetadataTensor, lambda: MetadataTensor(torch.ones(2))),
-    (Strictable, lambda: StrictableChild(torch.ones(2))),  # a subclass follows its parent
-], ids=["ScalarTensor", "MetadataTensor", "user type"])
+@pytest.mark.parametrize(
+    "cls,make",
+    [
+        (ScalarTensor, lambda: ScalarTensor(2, 1.0)),
+        (MetadataTensor, lambda: MetadataTensor(torch.ones(2))),
+        (Strictable, lambda: StrictableChild(torch.ones(2))),  # a subclass follows its parent
+    ],
+    ids=["ScalarTensor", "MetadataTensor", "user type"],
+)
 def test_policy_is_per_thread(cls, make):
     def seen():
         try:
@@ -119,8 +134,12 @@ def test_policy_is_per_thread(cls, make):
         except TypeError:
             return "strict"
 
-    check_thread_local(lambda n: cls.using_policy("strict" if n == "A" else "fallback"), seen,
-                       {"A": "strict", "B": "fallback"}, "fallback")
+    check_thread_local(
+        lambda n: cls.using_policy("strict" if n == "A" else "fallback"),
+        seen,
+        {"A": "strict", "B": "fallback"},
+        "fallback",
+    )
     assert cls.policy == "fallback"
 
 
@@ -140,6 +159,7 @@ def test_capture_logs_collects_its_own_thread_only():
                 if not entering:
                     managers[name].__exit__(None, None, None)
                     torch.neg(LoggingTensor(torch.ones(1)))  # after its block: not captured
+
             return act
 
         with capture_logs() as main_logs:
@@ -219,8 +239,10 @@ def test_class_body_policy_and_bad_policies():
         assert Declared.policy == "fallback"
     assert Declared.policy == "strict"
     with pytest.raises(ValueError, match="'policy' must be one of"):
+
         class Bad(TensorWrapper):  # noqa: F841
             policy = "lenient"
+
     with pytest.raises(ValueError, match="'policy' must be one of"):
         ScalarTensor.using_policy("lenient")
     with pytest.raises(ValueError, match="'policy' must be one of"):
@@ -241,5 +263,57 @@ def test_class_body_settings_of_a_metadata_tensor_subclass():
     with Untracked.tracking(True):
         assert isinstance(torch.neg(Untracked(torch.ones(1))), Untracked)
     with pytest.raises(ValueError, match="'policy' must be one of"):
+
         class Bad(MetadataTensor):  # noqa: F841
             _merge_policy = "sometimes"
+
+
+def test_blocks_that_end_out_of_order_leave_nothing_behind():
+    """A generator suspended inside a block and closed after its caller's block ended:
+    each block removes its own override only."""
+
+    def policy_block():
+        with ScalarTensor.using_policy("strict"):
+            yield
+
+    def capture_block():
+        with capture_logs() as logs:
+            yield logs
+
+    with MetadataTensor.tracking(False):
+        suspended = policy_block()
+        next(suspended)
+        assert ScalarTensor.policy == "strict"  # (the generator runs in this context)
+    assert MetadataTensor._tracking is True and ScalarTensor.policy == "strict"
+    suspended.close()
+    assert MetadataTensor._tracking is True and ScalarTensor.policy == "fallback"
+    assert type(torch.neg(MetadataTensor(torch.ones(1), {"k": 1}))) is MetadataTensor
+
+    with capture_logs() as outer:
+        suspended = capture_block()
+        inner = next(suspended)
+    suspended.close()
+    torch.neg(LoggingTensor(torch.ones(1)))  # after both blocks: nobody collects it
+    assert len(outer) == 0 and len(inner) == 0
+
+
+def test_a_block_must_end_in_its_own_thread():
+    block = ScalarTensor.using_policy("strict")
+    block.__enter__()
+    errors = []
+
+    def leave_elsewhere():
+        try:
+            block.__exit__(None, None, None)
+        except RuntimeError as err:
+            errors.append(err)
+
+    thread = threading.Thread(target=leave_elsewhere)
+    thread.start()
+    thread.join()
+    assert errors and "must end in the thread" in str(errors[0])
+    # (the generator's own finalisation is spent; the override is taken back by hand)
+    from tensortools._settings import OVERRIDES
+
+    OVERRIDES.set(None)
+    assert ScalarTensor.policy == "fallback"

@@ -12,8 +12,11 @@ THREADS = 8
 SECONDS = 2.0
 
 # Functions the threads register handlers for, split between them (disjoint sets).
-_FUNCS = [f for f in (getattr(torch, n, None) for n in sorted(dir(torch)))
-          if callable(f) and type(f).__name__ == "builtin_function_or_method"][:THREADS * 12]
+_FUNCS = [
+    f
+    for f in (getattr(torch, n, None) for n in sorted(dir(torch)))
+    if callable(f) and type(f).__name__ == "builtin_function_or_method"
+][: THREADS * 12]
 
 
 def test_calls_and_registrations_from_eight_threads():
@@ -21,8 +24,16 @@ def test_calls_and_registrations_from_eight_threads():
         pass
 
     torch.manual_seed(0)
-    lltm_args = [t.double() for t in (torch.randn(4, 5), torch.randn(9, 8), torch.randn(9),
-                                      torch.randn(4, 3), torch.randn(4, 3))]
+    lltm_args = [
+        t.double()
+        for t in (
+            torch.randn(4, 5),
+            torch.randn(9, 8),
+            torch.randn(9),
+            torch.randn(4, 3),
+            torch.randn(4, 3),
+        )
+    ]
     lltm_want = reference.lltm(*lltm_args)
     x = torch.randn(16, 16)
     errors, counts = [], [0] * THREADS
@@ -43,8 +54,9 @@ def test_calls_and_registrations_from_eight_threads():
                 assert torch.equal(m.as_subclass(torch.Tensor), x + 1)
                 d = ScalarTensor(16, float(k))
                 torch.testing.assert_close(d @ x, k * x, rtol=0, atol=0)
-                torch.testing.assert_close(ops.add_diagonal(x, k), x + k * torch.eye(16),
-                                           rtol=0, atol=0)
+                torch.testing.assert_close(
+                    ops.add_diagonal(x, k), x + k * torch.eye(16), rtol=0, atol=0
+                )
                 func = mine[i % len(mine)]
                 Shared.implements(func, aliases=False)(lambda *a, _k=k, **kw: ("thread", _k))
                 type(f"Sub{k}_{i}", (Shared,), {})  # subclasses made while others register
@@ -65,7 +77,7 @@ def test_calls_and_registrations_from_eight_threads():
     # on the class and on subclasses made since.
     late = type("Late", (Shared,), {})
     for k in range(THREADS):
-        for func in _FUNCS[k::THREADS][:counts[k]]:
+        for func in _FUNCS[k::THREADS][: counts[k]]:
             for cls in (Shared, late):
                 handler = cls.handler_for(func)
                 assert handler is not None and handler() == ("thread", k), (func, cls)

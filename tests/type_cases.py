@@ -13,7 +13,7 @@ CALLS = {
     "operator -": lambda x, y: x - y,
     "operator *": lambda x, y: x * 3,
     "operator /": lambda x, y: x / (y.abs() + 1),
-    "operator **": lambda x, y: x ** 2,
+    "operator **": lambda x, y: x**2,
     "operator @": lambda x, y: x @ y.T,
     "neg": lambda x, y: -x,
     "abs": lambda x, y: x.abs(),
@@ -93,7 +93,8 @@ def assert_same_values(got, want):
     for g, w in zip(got_t, want_t):
         with torch._C.DisableTorchFunctionSubclass():
             assert g.dtype == w.dtype and g.shape == w.shape
-            torch.testing.assert_close(g.as_subclass(torch.Tensor), w, rtol=0, atol=0,
-                                       equal_nan=True)
+            torch.testing.assert_close(
+                g.as_subclass(torch.Tensor), w, rtol=0, atol=0, equal_nan=True
+            )
     if not want_t:
         assert got == want

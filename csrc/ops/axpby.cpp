@@ -7,13 +7,19 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "../checks.h"
 
 namespace tensortools::axpby {
 
-void check_args(const at::Tensor& x, const at::Tensor& y, c10::ArrayRef<at::ScalarType> allowed) {
+void check_args(const at::Tensor& x, const at::Tensor& y, const at::Scalar& alpha,
+                const at::Scalar& beta, c10::ArrayRef<at::ScalarType> allowed) {
   checks::common("tensortools.axpby", {Arg{x, "x"}, Arg{y, "y"}}, allowed);
+  for (const auto& [scalar, name] : {std::pair{&alpha, "alpha"}, std::pair{&beta, "beta"}}) {
+    TORCH_CHECK_TYPE(!scalar->isComplex(), "tensortools.axpby: '", name,
+                     "' must be a real number, got ", *scalar);
+  }
   // Trailing dimensions pairwise equal, or one of them 1 (torch's broadcasting rule).
   for (int64_t i = 1; i <= std::min(x.dim(), y.dim()); ++i) {
     const c10::SymInt a = x.sym_size(-i), b = y.sym_size(-i);
@@ -24,15 +30,14 @@ void check_args(const at::Tensor& x, const at::Tensor& y, c10::ArrayRef<at::Scal
 }
 
 at::Tensor allocate_output(const at::Tensor& x, const at::Tensor& y) {
-  return at::empty_symint(at::infer_size_symdimvector(x.sym_sizes(), y.sym_sizes()),
-                          x.options());
+  return at::empty_symint(at::infer_size_symdimvector(x.sym_sizes(), y.sym_sizes()), x.options());
 }
 
 namespace {
 
-at::Tensor axpby_meta(const at::Tensor& x, const at::Tensor& y, const at::Scalar& /*alpha*/,
-                      const at::Scalar& /*beta*/) {
-  check_args(x, y, floating_types_for(x.device()));
+at::Tensor axpby_meta(const at::Tensor& x, const at::Tensor& y, const at::Scalar& alpha,
+                      const at::Scalar& beta) {
+  check_args(x, y, alpha, beta, floating_types_for(x.device()));
   return allocate_output(x, y);
 }
 
@@ -43,6 +48,4 @@ TORCH_LIBRARY_FRAGMENT(tensortools, m) {
   m.def("axpby(Tensor x, Tensor y, Scalar alpha, Scalar beta) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(tensortools, Meta, m) {
-  m.impl("axpby", &tensortools::axpby::axpby_meta);
-}
+TORCH_LIBRARY_IMPL(tensortools, Meta, m) { m.impl("axpby", &tensortools::axpby::axpby_meta); }

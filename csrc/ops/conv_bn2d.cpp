@@ -44,6 +44,11 @@ c10::SymDimVector check_conv_args(const at::Tensor& input, const at::Tensor& wei
   // output channels for it); there is nothing to normalise.
   TORCH_CHECK_VALUE(input.sym_size(1) != 0, kOp,
                     ": 'input' must have at least one channel, got shape ", input.sym_sizes());
+  TORCH_CHECK_VALUE(weight.sym_size(0) != 0 && weight.sym_size(2) != 0 && weight.sym_size(3) != 0,
+                    kOp,
+                    ": 'weight' must have at least one output channel and a kernel of at least "
+                    "1 x 1, got shape ",
+                    weight.sym_sizes());
   const c10::SymInt channels = weight.sym_size(0);
   checks::optional_like(kOp, gamma, "gamma", a_input, {channels}, "out_channels");
   checks::optional_like(kOp, beta, "beta", a_input, {channels}, "out_channels");
@@ -54,23 +59,23 @@ c10::SymDimVector check_conv_args(const at::Tensor& input, const at::Tensor& wei
   const c10::SymInt padded_w = input.sym_size(3) + 2 * padding[1];
   TORCH_CHECK_VALUE(padded_h >= weight.sym_size(2) && padded_w >= weight.sym_size(3), kOp,
                     ": the padded input (", padded_h, " x ", padded_w,
-                    ") is smaller than the kernel (", weight.sym_size(2), " x ",
-                    weight.sym_size(3), "); 'input' has shape ", input.sym_sizes(),
-                    ", 'weight' ", weight.sym_sizes());
+                    ") is smaller than the kernel (", weight.sym_size(2), " x ", weight.sym_size(3),
+                    "); 'input' has shape ", input.sym_sizes(), ", 'weight' ", weight.sym_sizes());
   return {input.sym_size(0), channels, (padded_h - weight.sym_size(2)) / stride[0] + 1,
           (padded_w - weight.sym_size(3)) / stride[1] + 1};
 }
 
-// Running statistics: 1-D of one value per output channel, a floating dtype, input's
-// device; updated in place, so not expanded.
+// Running statistics: 1-D of one value per output channel, of the input's dtype, on its
+// device (ref: the input, or the forward's output, which has the input's dtype).
 void check_running_stats(const at::Tensor& running_mean, const at::Tensor& running_var,
-                         const at::Tensor& ref, const char* ref_name,
-                         const c10::SymInt& channels) {
+                         const at::Tensor& ref, const char* ref_name, const c10::SymInt& channels) {
   const Arg a_ref{ref, ref_name};
   for (const Arg& a : {Arg{running_mean, "running_mean"}, Arg{running_var, "running_var"}}) {
     checks::defined(kOp, a);
     checks::strided(kOp, a);
-    checks::dtype_in(kOp, a, kCudaFloatingTypes);
+    TORCH_CHECK_TYPE(a.tensor.scalar_type() == ref.scalar_type(), kOp, ": '", a.name,
+                     "' must have the dtype of the input (", ref.scalar_type(), "), got ",
+                     a.tensor.scalar_type());
     checks::same_device(kOp, a, a_ref);
     checks::shape(kOp, a, {channels}, "out_channels");
   }
@@ -84,9 +89,9 @@ at::ScalarType stats_dtype(at::ScalarType input) {
 
 c10::SymDimVector check_forward_args(const at::Tensor& input, const at::Tensor& weight,
                                      const std::optional<at::Tensor>& gamma,
-                                     const std::optional<at::Tensor>& beta,
-                                     at::IntArrayRef stride, at::IntArrayRef padding,
-                                     double eps, c10::ArrayRef<at::ScalarType> allowed) {
+                                     const std::optional<at::Tensor>& beta, at::IntArrayRef stride,
+                                     at::IntArrayRef padding, double eps,
+                                     c10::ArrayRef<at::ScalarType> allowed) {
   c10::SymDimVector shape =
       check_conv_args(input, weight, gamma, beta, stride, padding, eps, allowed);
   // As torch.nn.BatchNorm2d: the statistics of one value are no statistics to train on.
@@ -156,22 +161,19 @@ at::Tensor convolve(const at::Tensor& input, const at::Tensor& weight, at::IntAr
                                  /*dilation=*/{1, 1}, /*transposed=*/false,
                                  /*output_padding=*/{0, 0}, /*groups=*/1)
                      .contiguous();
-  TORCH_INTERNAL_ASSERT(z.sym_sizes() == shape, kOp, ": the convolution gave shape ",
-                        z.sizes(), " where ", shape, " was expected");
+  TORCH_INTERNAL_ASSERT(z.sym_sizes() == shape, kOp, ": the convolution gave shape ", z.sizes(),
+                        " where ", shape, " was expected");
   return z;
 }
 
-std::tuple<at::Tensor, at::Tensor> convolve_backward(const at::Tensor& grad_z,
-                                                     const at::Tensor& input,
-                                                     const at::Tensor& weight,
-                                                     at::IntArrayRef stride,
-                                                     at::IntArrayRef padding,
-                                                     std::array<bool, 2> mask) {
+std::tuple<at::Tensor, at::Tensor> convolve_backward(
+    const at::Tensor& grad_z, const at::Tensor& input, const at::Tensor& weight,
+    at::IntArrayRef stride, at::IntArrayRef padding, std::array<bool, 2> mask) {
   if (!mask[0] && !mask[1]) {
     return {};
   }
-  auto grads = at::convolution_backward(grad_z, input, weight, /*bias_sizes=*/std::nullopt,
-                                        stride, padding, /*dilation=*/{1, 1},
+  auto grads = at::convolution_backward(grad_z, input, weight, /*bias_sizes=*/std::nullopt, stride,
+                                        padding, /*dilation=*/{1, 1},
                                         /*transposed=*/false, /*output_padding=*/{0, 0},
                                         /*groups=*/1, {mask[0], mask[1], false});
   // The convolution's own layout choices (channels_last for a channels_last input, say)
@@ -187,16 +189,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_bn2d_forward_meta(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& gamma,
     const std::optional<at::Tensor>& beta, at::IntArrayRef stride, at::IntArrayRef padding,
     double eps) {
-  const c10::SymDimVector shape = check_forward_args(
-      input, weight, gamma, beta, stride, padding, eps, floating_types_for(input.device()));
+  const c10::SymDimVector shape = check_forward_args(input, weight, gamma, beta, stride, padding,
+                                                     eps, floating_types_for(input.device()));
   return allocate_forward(input, weight, shape);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv_bn2d_backward_meta(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     const std::optional<at::Tensor>& gamma, const at::Tensor& mean, const at::Tensor& var,
-    at::IntArrayRef stride, at::IntArrayRef padding, double eps,
-    std::array<bool, 3> output_mask) {
+    at::IntArrayRef stride, at::IntArrayRef padding, double eps, std::array<bool, 3> output_mask) {
   check_backward_args(grad_output, input, weight, gamma, mean, var, stride, padding, eps,
                       floating_types_for(input.device()));
   return allocate_backward(input, weight, output_mask);
@@ -213,21 +214,17 @@ at::Tensor conv_bn2d_eval(const at::Tensor& input, const at::Tensor& weight,
   check_conv_args(input, weight, gamma, beta, stride, padding, eps,
                   floating_types_for(input.device()));
   check_running_stats(running_mean, running_var, input, "input", weight.sym_size(0));
-  // The folding computes in the wider of the statistics' and the input's dtypes.
-  const at::ScalarType dtype = at::promote_types(running_var.scalar_type(), input.scalar_type());
-  at::Tensor scale = at::rsqrt(running_var.to(dtype) + eps);
+  at::Tensor scale = at::rsqrt(running_var + eps);
   if (gamma.has_value() && gamma->defined()) {
-    scale = scale * gamma->to(dtype);
+    scale = scale * *gamma;
   }
-  at::Tensor bias = -running_mean.to(dtype) * scale;
+  at::Tensor bias = -running_mean * scale;
   if (beta.has_value() && beta->defined()) {
-    bias = bias + beta->to(dtype);
+    bias = bias + *beta;
   }
-  const at::Tensor folded = weight.to(dtype) * scale.reshape({-1, 1, 1, 1});
   // In input's memory format on every device (ATen's own meta conv2d gives a contiguous
   // result where its CPU and CUDA kernels keep channels_last).
-  return at::conv2d(input, folded.to(input.scalar_type()), bias.to(input.scalar_type()), stride,
-                    padding)
+  return at::conv2d(input, weight * scale.reshape({-1, 1, 1, 1}), bias, stride, padding)
       .contiguous(input.suggest_memory_format());
 }
 
@@ -235,25 +232,33 @@ at::Tensor conv_bn2d_eval(const at::Tensor& input, const at::Tensor& weight,
 // (lerp_ differs for an infinite running value: Inf + 0.1 * (x - Inf) is NaN). The
 // unbiased variance's factor count / (count - 1) joins momentum, so a huge variance that
 // fits does not overflow on the way.
+// `output` is the forward's: the statistics are over its values, one channel each.
 void conv_bn2d_update_stats(const at::Tensor& running_mean, const at::Tensor& running_var,
-                            const at::Tensor& mean, const at::Tensor& var, double momentum,
-                            c10::SymInt count) {
-  const Arg a_mean{mean, "mean"}, a_var{var, "var"};
-  for (const Arg& a : {a_mean, a_var}) {
+                            const at::Tensor& output, const at::Tensor& mean, const at::Tensor& var,
+                            double momentum) {
+  const Arg a_output{output, "output"};
+  checks::defined(kOp, a_output);
+  checks::dim(kOp, a_output, 4, "batch x out_channels x height x width");
+  const c10::SymInt channels = output.sym_size(1);
+  const at::ScalarType stats = stats_dtype(output.scalar_type());
+  for (const Arg& a : {Arg{mean, "mean"}, Arg{var, "var"}}) {
     checks::defined(kOp, a);
     checks::strided(kOp, a);
-    checks::dim(kOp, a, 1, "out_channels");
+    checks::same_device(kOp, a, a_output);
+    checks::shape(kOp, a, {channels}, "out_channels");
+    TORCH_CHECK_TYPE(a.tensor.scalar_type() == stats, kOp, ": '", a.name, "' must have dtype ",
+                     stats, " for an output of dtype ", output.scalar_type(), ", got ",
+                     a.tensor.scalar_type());
   }
-  checks::same_device(kOp, a_var, a_mean);
-  check_running_stats(running_mean, running_var, mean, "mean", mean.sym_size(0));
+  check_running_stats(running_mean, running_var, output, "input", channels);
   for (const Arg& a : {Arg{running_mean, "running_mean"}, Arg{running_var, "running_var"}}) {
-    TORCH_CHECK_VALUE(a.tensor.sym_numel() <= 1 || a.tensor.sym_stride(0) != 0, kOp, ": '",
-                      a.name, "' is updated in place, so it must not be expanded (stride 0); "
+    TORCH_CHECK_VALUE(a.tensor.sym_numel() <= 1 || a.tensor.sym_stride(0) != 0, kOp, ": '", a.name,
+                      "' is updated in place, so it must not be expanded (stride 0); "
                       "pass a tensor of its own, e.g. .clone()");
   }
-  TORCH_CHECK_VALUE(count >= 0 && count != 1, kOp,
-                    ": the running statistics need a batch of more than one value per "
-                    "channel, got ", count);
+  const c10::SymInt count = output.sym_size(0) * output.sym_size(2) * output.sym_size(3);
+  TORCH_CHECK_VALUE(count != 1, kOp,
+                    ": the running statistics need a batch of more than one value per channel");
   if (count == 0) {
     return;  // an empty batch has no statistics to learn from
   }
@@ -278,8 +283,8 @@ TORCH_LIBRARY_FRAGMENT(tensortools, m) {
       "conv_bn2d_eval(Tensor input, Tensor weight, Tensor running_mean, Tensor running_var, "
       "Tensor? gamma, Tensor? beta, int[2] stride, int[2] padding, float eps) -> Tensor");
   m.def(
-      "conv_bn2d_update_stats(Tensor(a!) running_mean, Tensor(b!) running_var, Tensor mean, "
-      "Tensor var, float momentum, SymInt count) -> ()");
+      "conv_bn2d_update_stats(Tensor(a!) running_mean, Tensor(b!) running_var, Tensor output, "
+      "Tensor mean, Tensor var, float momentum) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(tensortools, Meta, m) {

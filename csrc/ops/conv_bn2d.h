@@ -13,7 +13,8 @@
 //   conv_bn2d_eval (inference): the running statistics folded into the convolution's
 //     weight and bias, one conv2d (composed of ATen calls, differentiable through them).
 //   conv_bn2d_update_stats: running = (1 - momentum) * running + momentum * batch, the
-//     variance made unbiased, in place.
+//     variance made unbiased, in place; given the forward's output, whose shape says how
+//     many values each statistic is over and whose dtype the running statistics have.
 // Every output is allocated (or, where ATen computes it, shaped) by the functions below
 // for the CPU, CUDA and meta kernels alike.
 #pragma once
@@ -38,9 +39,9 @@ at::ScalarType stats_dtype(at::ScalarType input);
 // and more than one value per channel to take statistics of. Returns the output shape.
 c10::SymDimVector check_forward_args(const at::Tensor& input, const at::Tensor& weight,
                                      const std::optional<at::Tensor>& gamma,
-                                     const std::optional<at::Tensor>& beta,
-                                     at::IntArrayRef stride, at::IntArrayRef padding,
-                                     double eps, c10::ArrayRef<at::ScalarType> allowed);
+                                     const std::optional<at::Tensor>& beta, at::IntArrayRef stride,
+                                     at::IntArrayRef padding, double eps,
+                                     c10::ArrayRef<at::ScalarType> allowed);
 
 // Validates the backward arguments against the forward ones.
 void check_backward_args(const at::Tensor& grad_output, const at::Tensor& input,
@@ -69,11 +70,8 @@ at::Tensor convolve(const at::Tensor& input, const at::Tensor& weight, at::IntAr
 
 // Gradients of conv2d(input, weight) for input and weight (as masked) given grad_z,
 // contiguous (as allocate_backward describes them).
-std::tuple<at::Tensor, at::Tensor> convolve_backward(const at::Tensor& grad_z,
-                                                     const at::Tensor& input,
-                                                     const at::Tensor& weight,
-                                                     at::IntArrayRef stride,
-                                                     at::IntArrayRef padding,
-                                                     std::array<bool, 2> mask);
+std::tuple<at::Tensor, at::Tensor> convolve_backward(
+    const at::Tensor& grad_z, const at::Tensor& input, const at::Tensor& weight,
+    at::IntArrayRef stride, at::IntArrayRef padding, std::array<bool, 2> mask);
 
 }  // namespace tensortools::conv_bn2d

@@ -41,10 +41,9 @@ void check_args(const at::Tensor& adj, const at::Tensor& x, const at::Tensor& we
   const Arg a_adj{adj, "adj"}, a_x{x, "x"}, a_weight{weight, "weight"};
   checks::common(kOp, {a_x, a_weight}, floating_types_for(x.device()));
   checks::defined(kOp, a_adj);
-  TORCH_CHECK_TYPE(adj.layout() == at::kStrided || adj.layout() == at::kSparse ||
-                       adj.layout() == at::kSparseCsr,
-                   kOp, ": 'adj' must be dense, sparse COO or sparse CSR, got layout ",
-                   adj.layout());
+  TORCH_CHECK_TYPE(
+      adj.layout() == at::kStrided || adj.layout() == at::kSparse || adj.layout() == at::kSparseCsr,
+      kOp, ": 'adj' must be dense, sparse COO or sparse CSR, got layout ", adj.layout());
   checks::same_dtype(kOp, a_adj, a_x);
   checks::same_device(kOp, a_adj, a_x);
   checks::dim(kOp, a_x, 2, "nodes x in_features");

@@ -87,9 +87,9 @@ void backward_products(BackwardBuffers& buf, const at::Tensor& X, const at::Tens
   at::mm_out(buf.d_input, buf.d_gates, weights.narrow(1, S, F));
 }
 
-void check_forward_args(const at::Tensor& input, const at::Tensor& weights,
-                        const at::Tensor& bias, const at::Tensor& old_h,
-                        const at::Tensor& old_cell, c10::ArrayRef<at::ScalarType> allowed) {
+void check_forward_args(const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
+                        const at::Tensor& old_h, const at::Tensor& old_cell,
+                        c10::ArrayRef<at::ScalarType> allowed) {
   const Arg a_input{input, "input"}, a_weights{weights, "weights"}, a_bias{bias, "bias"},
       a_old_h{old_h, "old_h"}, a_old_cell{old_cell, "old_cell"};
   checks::common(kForward, {a_input, a_weights, a_bias, a_old_h, a_old_cell}, allowed);
@@ -98,20 +98,17 @@ void check_forward_args(const at::Tensor& input, const at::Tensor& weights,
   const c10::SymInt B = input.sym_size(0), F = input.sym_size(1), S = old_h.sym_size(1);
   checks::same_size(kForward, a_old_h, 0, a_input, 0, "batch size");
   checks::shape(kForward, a_old_cell, {B, S}, "batch x state_size");
-  checks::shape(kForward, a_weights, {3 * S, S + F},
-                "3*state_size x (state_size + features)");
+  checks::shape(kForward, a_weights, {3 * S, S + F}, "3*state_size x (state_size + features)");
   checks::shape(kForward, a_bias, {3 * S}, "3*state_size");
 }
 
 void check_backward_args(const at::Tensor& grad_h, const at::Tensor& grad_cell,
-                         const at::Tensor& new_cell, const at::Tensor& gates,
-                         const at::Tensor& X, const at::Tensor& weights,
-                         c10::ArrayRef<at::ScalarType> allowed) {
+                         const at::Tensor& new_cell, const at::Tensor& gates, const at::Tensor& X,
+                         const at::Tensor& weights, c10::ArrayRef<at::ScalarType> allowed) {
   const Arg a_grad_h{grad_h, "grad_h"}, a_grad_cell{grad_cell, "grad_cell"},
       a_new_cell{new_cell, "new_cell"}, a_gates{gates, "gates"}, a_X{X, "X"},
       a_weights{weights, "weights"};
-  checks::common(kBackward, {a_new_cell, a_grad_h, a_grad_cell, a_gates, a_X, a_weights},
-                 allowed);
+  checks::common(kBackward, {a_new_cell, a_grad_h, a_grad_cell, a_gates, a_X, a_weights}, allowed);
   checks::dim(kBackward, a_new_cell, 2, "batch x state_size");
   checks::dim(kBackward, a_X, 2, "batch x (state_size + features)");
   const c10::SymInt B = new_cell.sym_size(0), S = new_cell.sym_size(1), SF = X.sym_size(1);

@@ -15,9 +15,11 @@
 namespace tensortools::lltm {
 
 // Calls of the registered operators through the dispatcher (any device, with autograd).
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_forward(
-    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
-    const at::Tensor& old_h, const at::Tensor& old_cell);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_forward(const at::Tensor& input,
+                                                                        const at::Tensor& weights,
+                                                                        const at::Tensor& bias,
+                                                                        const at::Tensor& old_h,
+                                                                        const at::Tensor& old_cell);
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_backward(
     const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
@@ -59,14 +61,13 @@ BackwardBuffers backward_buffers(const at::Tensor& grad_h, const at::Tensor& gra
 void backward_products(BackwardBuffers& buf, const at::Tensor& X, const at::Tensor& weights);
 
 // Validates the forward arguments (ranks, shapes, dtypes in `allowed`, one device).
-void check_forward_args(const at::Tensor& input, const at::Tensor& weights,
-                        const at::Tensor& bias, const at::Tensor& old_h,
-                        const at::Tensor& old_cell, c10::ArrayRef<at::ScalarType> allowed);
+void check_forward_args(const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
+                        const at::Tensor& old_h, const at::Tensor& old_cell,
+                        c10::ArrayRef<at::ScalarType> allowed);
 
 // Validates the backward arguments against each other.
 void check_backward_args(const at::Tensor& grad_h, const at::Tensor& grad_cell,
-                         const at::Tensor& new_cell, const at::Tensor& gates,
-                         const at::Tensor& X, const at::Tensor& weights,
-                         c10::ArrayRef<at::ScalarType> allowed);
+                         const at::Tensor& new_cell, const at::Tensor& gates, const at::Tensor& X,
+                         const at::Tensor& weights, c10::ArrayRef<at::ScalarType> allowed);
 
 }  // namespace tensortools::lltm

@@ -45,8 +45,7 @@ C10_HOST_DEVICE inline T d_elu_from_output(T y) {
 // One element of the forward pass. Takes the three pre-activation gates, returns the
 // activated gates through the same references, and the new cell and hidden state.
 template <typename T, typename M = StdMath>
-C10_HOST_DEVICE inline void forward_element(T& i, T& o, T& c, T old_cell, T& new_cell,
-                                            T& new_h) {
+C10_HOST_DEVICE inline void forward_element(T& i, T& o, T& c, T old_cell, T& new_cell, T& new_h) {
   i = sigmoid<T, M>(i);
   o = sigmoid<T, M>(o);
   c = elu<T, M>(c);
@@ -58,9 +57,8 @@ C10_HOST_DEVICE inline void forward_element(T& i, T& o, T& c, T old_cell, T& new
 // and the incoming gradients. Writes the gradients of the three pre-activation gates and
 // of old_cell.
 template <typename T, typename M = StdMath>
-C10_HOST_DEVICE inline void backward_element(T ig, T og, T cc, T new_cell, T grad_h,
-                                             T grad_cell, T& d_i, T& d_o, T& d_c,
-                                             T& d_old_cell) {
+C10_HOST_DEVICE inline void backward_element(T ig, T og, T cc, T new_cell, T grad_h, T grad_cell,
+                                             T& d_i, T& d_o, T& d_c, T& d_old_cell) {
   const T t = M::tanh(new_cell);
   const T d_cell = grad_cell + grad_h * og * (T(1) - t * t);
   d_old_cell = d_cell;

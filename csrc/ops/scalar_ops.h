@@ -14,9 +14,9 @@
 namespace tensortools::scalar_ops {
 
 // The dtypes the kernels accept: every real type torch computes in.
-inline constexpr at::ScalarType kDtypes[] = {
-    at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kByte, at::kChar,
-    at::kShort, at::kInt,   at::kLong};
+inline constexpr at::ScalarType kDtypes[] = {at::kFloat,    at::kDouble, at::kHalf,
+                                             at::kBFloat16, at::kByte,   at::kChar,
+                                             at::kShort,    at::kInt,    at::kLong};
 
 void check_add_diagonal_args(const at::Tensor& input, const at::Tensor& value);
 void check_scale_args(const at::Tensor& input, const at::Tensor& value,

@@ -1,11 +1,11 @@
 // MetadataTensor.__torch_function__ in C for the common call: no handler registered, the
 // "fallback" policy, tracking on, the "first" merge policy, no setting overridden in the
-// calling thread's context, and no other overriding type taking part. Such a call costs a plain call plus little: the metadata dict of the first
-// MetadataTensor argument is found, the function runs with subclass dispatch disabled (as
-// torch._C.DisableTorchFunctionSubclass does), and a plain Tensor result becomes a
-// MetadataTensor holding a copy of that dict. With tracking off, a call without another
-// overriding type is the plain call alone, its result returned as it is. Every other
-// call, and every result that is not a single Tensor, goes to the Python implementation,
+// calling thread's context, and no other overriding type taking part. Such a call costs a plain
+// call plus little: the metadata dict of the first MetadataTensor argument is found, the function
+// runs with subclass dispatch disabled (as torch._C.DisableTorchFunctionSubclass does), and a plain
+// Tensor result becomes a MetadataTensor holding a copy of that dict. With tracking off, a call
+// without another overriding type is the plain call alone, its result returned as it is. Every
+// other call, and every result that is not a single Tensor, goes to the Python implementation,
 // which stays the reference; so does wrapping any result that is not one plain strided
 // tensor.
 #include "metadata_dispatch.h"
@@ -20,11 +20,11 @@ namespace {
 // the Python output wrapper.
 PyObject* g_tensor_type = nullptr;
 PyObject* g_no_wrap = nullptr;
-PyObject* g_wrap_outputs = nullptr;   // wrap_outputs(cls, result, context)
-PyObject* g_overrides = nullptr;      // the context variable of the settings' overrides
+PyObject* g_wrap_outputs = nullptr;  // wrap_outputs(cls, result, context)
+PyObject* g_overrides = nullptr;     // the context variable of the settings' overrides
 
 // Interned attribute names and the setting values the fast path requires.
-PyObject* s_fast = nullptr;           // "_fast_dispatch": the class keeps the C path's hooks
+PyObject* s_fast = nullptr;  // "_fast_dispatch": the class keeps the C path's hooks
 PyObject* s_tracking = nullptr;
 PyObject* s_merge_policy = nullptr;
 PyObject* s_policy = nullptr;
@@ -34,7 +34,7 @@ PyObject* s_class = nullptr;
 PyObject* s_as_subclass = nullptr;
 PyObject* s_first = nullptr;
 PyObject* s_fallback = nullptr;
-PyObject* s_python_path = nullptr;    // "_python_torch_function", the class's Python path
+PyObject* s_python_path = nullptr;  // "_python_torch_function", the class's Python path
 
 // New reference to cls.<name>, or nullptr with an exception set.
 PyObject* class_attr(PyObject* cls, PyObject* name) { return PyObject_GetAttr(cls, name); }
@@ -195,8 +195,7 @@ PyObject* as_instance(PyObject* cls, PyObject* result) {
   return out;
 }
 
-PyObject* metadata_torch_function(PyObject* /*module*/, PyObject* const* argv,
-                                  Py_ssize_t argc) {
+PyObject* metadata_torch_function(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t argc) {
   if (argc < 3 || argc > 5) {
     PyErr_SetString(PyExc_TypeError,
                     "metadata_torch_function(cls, func, types, args=(), kwargs=None)");
@@ -234,8 +233,7 @@ PyObject* metadata_torch_function(PyObject* /*module*/, PyObject* const* argv,
   if (metadata == nullptr && !error && kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0) {
     PyObject* values = PyDict_Values(kwargs);
     if (values == nullptr) return nullptr;
-    metadata = first_metadata(cls, PySequence_Fast_ITEMS(values), PyList_GET_SIZE(values),
-                              &error);
+    metadata = first_metadata(cls, PySequence_Fast_ITEMS(values), PyList_GET_SIZE(values), &error);
     // The dict found lives in an instance that `kwargs` holds, which outlives this call.
     Py_DECREF(values);
   }
@@ -320,14 +318,12 @@ void add_metadata_dispatch(pybind11::module_& m) {
   };
   // The settings' process-wide values (tensortools/_settings.py keeps them under these
   // names; the C path runs only when no context overrides them).
-  for (const Name& name : {Name{&s_fast, "_fast_dispatch"},
-                           Name{&s_tracking, "_global_tracking"},
-                           Name{&s_merge_policy, "_global_merge_policy"},
-                           Name{&s_policy, "_global_policy"},
-                           Name{&s_handlers, "_handlers"}, Name{&s_metadata, "metadata"},
-                           Name{&s_class, "__class__"}, Name{&s_as_subclass, "as_subclass"},
-                           Name{&s_first, "first"}, Name{&s_fallback, "fallback"},
-                           Name{&s_python_path, "_python_torch_function"}}) {
+  for (const Name& name :
+       {Name{&s_fast, "_fast_dispatch"}, Name{&s_tracking, "_global_tracking"},
+        Name{&s_merge_policy, "_global_merge_policy"}, Name{&s_policy, "_global_policy"},
+        Name{&s_handlers, "_handlers"}, Name{&s_metadata, "metadata"}, Name{&s_class, "__class__"},
+        Name{&s_as_subclass, "as_subclass"}, Name{&s_first, "first"}, Name{&s_fallback, "fallback"},
+        Name{&s_python_path, "_python_torch_function"}}) {
     *name.slot = PyUnicode_InternFromString(name.text);
     if (*name.slot == nullptr) {
       throw pybind11::error_already_set();

@@ -11,9 +11,17 @@ import sys
 
 import torch
 
-from tensortools.bench import (LLTM_SIZES, conv_bn_rows, dispatch_rows, format_conv_bn_table,
-                               format_dispatch_table, format_table, lltm_rows,
-                               machine_summary, quiet_profiler)
+from tensortools.bench import (
+    LLTM_SIZES,
+    conv_bn_rows,
+    dispatch_rows,
+    format_conv_bn_table,
+    format_dispatch_table,
+    format_table,
+    lltm_rows,
+    machine_summary,
+    quiet_profiler,
+)
 from tensortools.bench.scalar import SCALAR_SIZES, format_scalar_table, scalar_rows
 
 
@@ -21,43 +29,74 @@ def _size(text: str) -> tuple[int, int, int]:
     try:
         batch, features, state = (int(v) for v in text.split("/"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"size must be B/F/S, e.g. 16/32/128, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"size must be B/F/S, e.g. 16/32/128, got {text!r}"
+        ) from None
     return batch, features, state
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tensortools.bench", description=__doc__)
-    parser.add_argument("--size", type=_size, action="append",
-                        help="LLTM B/F/S (repeatable); default: "
-                             + ", ".join("/".join(map(str, s)) for s in LLTM_SIZES))
-    parser.add_argument("--dtype", action="append",
-                        choices=["float32", "float64", "bfloat16", "float16"],
-                        help="LLTM dtype (repeatable); default float32, and bfloat16 too "
-                             "on a GPU")
+    parser.add_argument(
+        "--size",
+        type=_size,
+        action="append",
+        help="LLTM B/F/S (repeatable); default: "
+        + ", ".join("/".join(map(str, s)) for s in LLTM_SIZES),
+    )
+    parser.add_argument(
+        "--dtype",
+        action="append",
+        choices=["float32", "float64", "bfloat16", "float16"],
+        help="LLTM dtype (repeatable); default float32, and bfloat16 too on a GPU",
+    )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--no-compile", action="store_true",
-                        help="leave out torch.compile of the reference")
-    parser.add_argument("--min-run-time", type=float, default=0.5,
-                        help="timed seconds per measurement and round (default 0.5)")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="interleaved rounds per measurement (default 3)")
-    parser.add_argument("--input-sets", type=int, default=8,
-                        help="LLTM input sets that successive calls cycle through "
-                             "(default 8)")
-    parser.add_argument("--no-dispatch", action="store_true",
-                        help="leave out the per-call cost of the tensor types")
-    parser.add_argument("--no-conv-bn", action="store_true",
-                        help="leave out fused against unfused Conv2d + BatchNorm2d")
-    parser.add_argument("--conv-bn-batch", type=int, default=256,
-                        help="batch of 1x28x28 images for the conv-bn rows (default 256)")
-    parser.add_argument("--no-scalar", action="store_true",
-                        help="leave out ScalarTensor structured against dense")
-    parser.add_argument("--scalar-size", type=int, action="append",
-                        help="N for the ScalarTensor rows (repeatable); default: "
-                             + ", ".join(map(str, SCALAR_SIZES)))
+    parser.add_argument(
+        "--no-compile", action="store_true", help="leave out torch.compile of the reference"
+    )
+    parser.add_argument(
+        "--min-run-time",
+        type=float,
+        default=0.5,
+        help="timed seconds per measurement and round (default 0.5)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="interleaved rounds per measurement (default 3)"
+    )
+    parser.add_argument(
+        "--input-sets",
+        type=int,
+        default=8,
+        help="LLTM input sets that successive calls cycle through (default 8)",
+    )
+    parser.add_argument(
+        "--no-dispatch", action="store_true", help="leave out the per-call cost of the tensor types"
+    )
+    parser.add_argument(
+        "--no-conv-bn",
+        action="store_true",
+        help="leave out fused against unfused Conv2d + BatchNorm2d",
+    )
+    parser.add_argument(
+        "--conv-bn-batch",
+        type=int,
+        default=256,
+        help="batch of 1x28x28 images for the conv-bn rows (default 256)",
+    )
+    parser.add_argument(
+        "--no-scalar", action="store_true", help="leave out ScalarTensor structured against dense"
+    )
+    parser.add_argument(
+        "--scalar-size",
+        type=int,
+        action="append",
+        help="N for the ScalarTensor rows (repeatable); default: "
+        + ", ".join(map(str, SCALAR_SIZES)),
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    parser.add_argument("--plot", metavar="PATH",
-                        help="also draw the results (PNG, SVG or PDF; needs matplotlib)")
+    parser.add_argument(
+        "--plot", metavar="PATH", help="also draw the results (PNG, SVG or PDF; needs matplotlib)"
+    )
     args = parser.parse_args(argv)
     quiet_profiler()
 
@@ -69,34 +108,53 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, object] = {"machine": machine}
     lltm = []
     for name in dtypes:
-        lltm += lltm_rows(args.size or LLTM_SIZES, dtype=getattr(torch, name),
-                          device=args.device, compile=not args.no_compile,
-                          min_run_time=args.min_run_time, rounds=args.rounds,
-                          input_sets=args.input_sets, progress=progress)
+        lltm += lltm_rows(
+            args.size or LLTM_SIZES,
+            dtype=getattr(torch, name),
+            device=args.device,
+            compile=not args.no_compile,
+            min_run_time=args.min_run_time,
+            rounds=args.rounds,
+            input_sets=args.input_sets,
+            progress=progress,
+        )
     print(format_table(lltm))
-    print("kernels: per call, from torch.profiler (device kernels on a GPU; operators that "
-          "compute on the CPU)")
+    print(
+        "kernels: per call, from torch.profiler (device kernels on a GPU; operators that "
+        "compute on the CPU)"
+    )
     results["lltm"] = lltm
     if not args.no_conv_bn:
-        print(f"\nTwo conv-bn layers, training step on {args.conv_bn_batch} x 1x28x28 "
-              f"(float32, {args.device})")
-        results["conv_bn"] = conv_bn_rows(args.conv_bn_batch, device=args.device,
-                                          min_run_time=args.min_run_time,
-                                          rounds=args.rounds, progress=progress)
+        print(
+            f"\nTwo conv-bn layers, training step on {args.conv_bn_batch} x 1x28x28 "
+            f"(float32, {args.device})"
+        )
+        results["conv_bn"] = conv_bn_rows(
+            args.conv_bn_batch,
+            device=args.device,
+            min_run_time=args.min_run_time,
+            rounds=args.rounds,
+            progress=progress,
+        )
         print(format_conv_bn_table(results["conv_bn"]))
     if not args.no_scalar:
         print(f"\nScalarTensor structured against the dense matrix (float32, {args.device})")
-        results["scalar"] = scalar_rows(args.scalar_size or SCALAR_SIZES, device=args.device,
-                                        min_run_time=args.min_run_time, rounds=args.rounds,
-                                        progress=progress)
+        results["scalar"] = scalar_rows(
+            args.scalar_size or SCALAR_SIZES,
+            device=args.device,
+            min_run_time=args.min_run_time,
+            rounds=args.rounds,
+            progress=progress,
+        )
         print(format_scalar_table(results["scalar"]))
     if not args.no_dispatch:
         print("\nPer-call cost of the tensor types (float32, CPU)")
-        results["dispatch"] = dispatch_rows(min_run_time=args.min_run_time,
-                                            rounds=args.rounds)
+        results["dispatch"] = dispatch_rows(min_run_time=args.min_run_time, rounds=args.rounds)
         print(format_dispatch_table(results["dispatch"]))
-    as_data = {key: value if isinstance(value, str) else [dataclasses.asdict(r) for r in value]
-               for key, value in results.items()}
+    as_data = {
+        key: value if isinstance(value, str) else [dataclasses.asdict(r) for r in value]
+        for key, value in results.items()
+    }
     if args.json:
         with open(args.json, "w") as f:
             json.dump(as_data, f, indent=1)

@@ -15,7 +15,7 @@ import sys
 import torch
 
 from tensortools import ops
-from tensortools.bench import quiet_profiler
+from tensortools.bench.timing import quiet_profiler
 
 
 def _kernel_times_us(fn, name_part: str, repeats: int) -> list[float]:
@@ -32,8 +32,9 @@ def _kernel_times_us(fn, name_part: str, repeats: int) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tensortools.bench.bandwidth",
-                                     description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m tensortools.bench.bandwidth", description=__doc__
+    )
     parser.add_argument("--batch", type=int, default=65536)
     parser.add_argument("--state", type=int, default=1024)
     parser.add_argument("--features", type=int, default=32)
@@ -45,8 +46,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     B, S, F = args.batch, args.state, args.features
     g = {"device": "cuda", "dtype": torch.float32}
-    inputs = [torch.randn(B, F, **g), torch.randn(3 * S, S + F, **g) / (S + F) ** 0.5,
-              torch.randn(3 * S, **g), torch.randn(B, S, **g), torch.randn(B, S, **g)]
+    inputs = [
+        torch.randn(B, F, **g),
+        torch.randn(3 * S, S + F, **g) / (S + F) ** 0.5,
+        torch.randn(3 * S, **g),
+        torch.randn(B, S, **g),
+        torch.randn(B, S, **g),
+    ]
     with torch.no_grad():
         kernel = _kernel_times_us(lambda: ops.lltm(*inputs), "forward_kernel", args.repeats)
     src = torch.empty(B * S * 9 // 2, **g)
@@ -57,10 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     k_gbs = moved / statistics.median(kernel) / 1e3
     c_gbs = copied / statistics.median(copy) / 1e3
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print(f"LLTM forward pointwise kernel, B={B} S={S}: median {statistics.median(kernel):.1f} us"
-          f" over {len(kernel)} runs, {k_gbs:.0f} GB/s")
-    print(f"device-to-device copy of {copied / 2**30:.2f} GiB moved: median "
-          f"{statistics.median(copy):.1f} us, {c_gbs:.0f} GB/s")
+    print(
+        f"LLTM forward pointwise kernel, B={B} S={S}: median {statistics.median(kernel):.1f} us"
+        f" over {len(kernel)} runs, {k_gbs:.0f} GB/s"
+    )
+    print(
+        f"device-to-device copy of {copied / 2**30:.2f} GiB moved: median "
+        f"{statistics.median(copy):.1f} us, {c_gbs:.0f} GB/s"
+    )
     print(f"kernel / copy bandwidth: {k_gbs / c_gbs:.2f}")
     return 0
 

@@ -15,8 +15,15 @@ from typing import Any
 __all__ = ["plot_results"]
 
 
-def _bars(ax, groups: list[str], series: dict[str, list[float]], ylabel: str, title: str,
-          log: bool = False, reference: float | None = None) -> None:
+def _bars(
+    ax,
+    groups: list[str],
+    series: dict[str, list[float]],
+    ylabel: str,
+    title: str,
+    log: bool = False,
+    reference: float | None = None,
+) -> None:
     width = 0.8 / max(1, len(series))
     for i, (name, values) in enumerate(series.items()):
         xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
@@ -32,38 +39,64 @@ def _bars(ax, groups: list[str], series: dict[str, list[float]], ylabel: str, ti
 
 
 def _lltm_panel(ax, rows: list[dict]) -> None:
-    base = {(tuple(r["size"]), r["dtype"], r["phase"]): r["median_us"] for r in rows
-            if r["variant"] == "reference (eager)"}
+    base = {
+        (tuple(r["size"]), r["dtype"], r["phase"]): r["median_us"]
+        for r in rows
+        if r["variant"] == "reference (eager)"
+    }
     keys = sorted({(tuple(r["size"]), r["dtype"]) for r in rows})
-    groups = ["/".join(map(str, size)) + ("" if dtype == "float32" else f"\n{dtype}")
-              for size, dtype in keys]
+    groups = [
+        "/".join(map(str, size)) + ("" if dtype == "float32" else f"\n{dtype}")
+        for size, dtype in keys
+    ]
     series: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(keys))
     for r in rows:
         if r["phase"] == "forward+backward":
             i = keys.index((tuple(r["size"]), r["dtype"]))
             series[r["variant"]][i] = base[keys[i] + ("forward+backward",)] / r["median_us"]
-    _bars(ax, groups, dict(series), "speed-up over eager (x)",
-          f"LLTM forward+backward ({rows[0]['device']})", reference=1.0)
+    _bars(
+        ax,
+        groups,
+        dict(series),
+        "speed-up over eager (x)",
+        f"LLTM forward+backward ({rows[0]['device']})",
+        reference=1.0,
+    )
 
 
 def _dispatch_panel(ax, rows: list[dict]) -> None:
-    base = {(tuple(r["size"]), r["phase"]): r["median_us"] for r in rows
-            if r["variant"] == "plain Tensor"}
+    base = {
+        (tuple(r["size"]), r["phase"]): r["median_us"]
+        for r in rows
+        if r["variant"] == "plain Tensor"
+    }
     keys = sorted({(tuple(r["size"]), r["phase"]) for r in rows})
-    groups = [("1 elem" if size == (1,) else f"{size[0]}x{size[0]}") + f"\n{phase}"
-              for size, phase in keys]
+    groups = [
+        ("1 elem" if size == (1,) else f"{size[0]}x{size[0]}") + f"\n{phase}"
+        for size, phase in keys
+    ]
     series: dict[str, list[float]] = defaultdict(lambda: [float("nan")] * len(keys))
     for r in rows:
         if r["variant"] != "plain Tensor":
             i = keys.index((tuple(r["size"]), r["phase"]))
             series[r["variant"]][i] = r["median_us"] / base[keys[i]]
-    _bars(ax, groups, dict(series), "time per call / plain Tensor (x)",
-          "Per-call cost of the tensor types", log=True, reference=1.0)
+    _bars(
+        ax,
+        groups,
+        dict(series),
+        "time per call / plain Tensor (x)",
+        "Per-call cost of the tensor types",
+        log=True,
+        reference=1.0,
+    )
 
 
 def _scalar_panel(ax, rows: list[dict]) -> None:
-    structured = {(r["size"][0], r["phase"]): r["median_us"] for r in rows
-                  if r["variant"] == "ScalarTensor (structured)"}
+    structured = {
+        (r["size"][0], r["phase"]): r["median_us"]
+        for r in rows
+        if r["variant"] == "ScalarTensor (structured)"
+    }
     keys = sorted(structured)
     groups = [f"N={n}\n{op}" for n, op in keys]
     series: dict[str, list[float]] = defaultdict(lambda: [float("nan")] * len(keys))
@@ -71,17 +104,33 @@ def _scalar_panel(ax, rows: list[dict]) -> None:
         if r["variant"] != "ScalarTensor (structured)":
             i = keys.index((r["size"][0], r["phase"]))
             series[r["variant"]][i] = r["median_us"] / structured[keys[i]]
-    _bars(ax, groups, dict(series), "dense time / structured time (x)",
-          "ScalarTensor structured vs dense", log=True, reference=1.0)
+    _bars(
+        ax,
+        groups,
+        dict(series),
+        "dense time / structured time (x)",
+        "ScalarTensor structured vs dense",
+        log=True,
+        reference=1.0,
+    )
 
 
 def _conv_bn_panel(ax, rows: list[dict]) -> None:
     base = rows[0]
-    metrics = [("saved for backward", "saved_bytes"), ("peak memory", "peak_bytes"),
-               ("forward+backward time", "median_us")]
+    metrics = [
+        ("saved for backward", "saved_bytes"),
+        ("peak memory", "peak_bytes"),
+        ("forward+backward time", "median_us"),
+    ]
     series = {r["variant"]: [r[key] / base[key] for _, key in metrics] for r in rows}
-    _bars(ax, [m for m, _ in metrics], series, f"relative to {base['variant']} (x)",
-          f"Two conv-bn layers, batch {base['batch']}, training step", reference=1.0)
+    _bars(
+        ax,
+        [m for m, _ in metrics],
+        series,
+        f"relative to {base['variant']} (x)",
+        f"Two conv-bn layers, batch {base['batch']}, training step",
+        reference=1.0,
+    )
 
 
 def plot_results(results: dict[str, Any], path: str) -> None:
@@ -94,9 +143,16 @@ def plot_results(results: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [(name, draw) for name, draw in (
-        ("lltm", _lltm_panel), ("dispatch", _dispatch_panel), ("scalar", _scalar_panel),
-        ("conv_bn", _conv_bn_panel)) if results.get(name)]
+    panels = [
+        (name, draw)
+        for name, draw in (
+            ("lltm", _lltm_panel),
+            ("dispatch", _dispatch_panel),
+            ("scalar", _scalar_panel),
+            ("conv_bn", _conv_bn_panel),
+        )
+        if results.get(name)
+    ]
     if not panels:
         raise ValueError("plot_results: 'results' holds no rows to plot")
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 4 * len(panels)), squeeze=False)
@@ -109,8 +165,7 @@ def plot_results(results: dict[str, Any], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tensortools.bench.plot",
-                                     description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tensortools.bench.plot", description=__doc__)
     parser.add_argument("results", help="JSON written by python -m tensortools.bench --json")
     parser.add_argument("output", help="image to write (.png, .svg, .pdf)")
     args = parser.parse_args(argv)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
-from tensortools.bench import Row, _interleaved, _time
+from tensortools.bench.timing import Row, interleaved, time_call
 
 __all__ = ["SCALAR_SIZES", "scalar_rows", "format_scalar_table"]
 
@@ -16,9 +16,15 @@ DENSE = "dense matrix"
 DENSE_FORMED = "dense, eye * value formed per call"
 
 
-def scalar_rows(sizes: Iterable[int] = SCALAR_SIZES, *, dtype: torch.dtype = torch.float32,
-                device: str = "cpu", min_run_time: float = 0.5, rounds: int = 3,
-                progress: Callable[[str], None] | None = None) -> list[Row]:
+def scalar_rows(
+    sizes: Iterable[int] = SCALAR_SIZES,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    min_run_time: float = 0.5,
+    rounds: int = 3,
+    progress: Callable[[str], None] | None = None,
+) -> list[Row]:
     """Time ``d @ x``, ``x + d``, ``d @ d`` and ``torch.inverse(d)`` for d a ScalarTensor
     (N, 2.5) and x a dense N×N matrix, against the dense ``D = 2.5 * eye(N)``: given
     ready, and (for ``d @ x``, where forming it is part of the dense recipe) formed in
@@ -43,12 +49,23 @@ def scalar_rows(sizes: Iterable[int] = SCALAR_SIZES, *, dtype: torch.dtype = tor
             ("inverse(d)", STRUCTURED): lambda: torch.inverse(d),
             ("inverse(d)", DENSE): lambda: torch.inverse(dense),
         }
-        measures = {key: lambda fn=fn: _time(fn, min_run_time) for key, fn in cases.items()}
-        pooled = _interleaved(measures, rounds, progress,
-                              lambda key: f"ScalarTensor N={n} {key[0]} {key[1]}")
+        measures = {key: lambda fn=fn: time_call(fn, min_run_time) for key, fn in cases.items()}
+        pooled = interleaved(
+            measures, rounds, progress, lambda key: f"ScalarTensor N={n} {key[0]} {key[1]}"
+        )
         for (op, variant), p in pooled.items():
-            rows.append(Row((n,), str(dtype).removeprefix("torch."), device, variant, op,
-                            p.median_us, p.iqr_us, p.calls))
+            rows.append(
+                Row(
+                    (n,),
+                    str(dtype).removeprefix("torch."),
+                    device,
+                    variant,
+                    op,
+                    p.median_us,
+                    p.iqr_us,
+                    p.calls,
+                )
+            )
     return rows
 
 
@@ -56,11 +73,15 @@ def format_scalar_table(rows: list[Row]) -> str:
     """A text table of scalar_rows: each dense variant's median over the structured one's
     (how many times faster the structured handler is)."""
     structured = {(r.size, r.phase): r.median_us for r in rows if r.variant == STRUCTURED}
-    lines = [f"{'N':>6} {'operation':<12} {'variant':<36} {'median':>12} {'IQR':>11} "
-             f"{'structured faster by':>21}"]
+    lines = [
+        f"{'N':>6} {'operation':<12} {'variant':<36} {'median':>12} {'IQR':>11} "
+        f"{'structured faster by':>21}"
+    ]
     for r in rows:
-        line = (f"{r.size[0]:>6} {r.phase:<12} {r.variant:<36} {r.median_us:>10.1f}us "
-                f"{r.iqr_us:>9.1f}us")
+        line = (
+            f"{r.size[0]:>6} {r.phase:<12} {r.variant:<36} {r.median_us:>10.1f}us "
+            f"{r.iqr_us:>9.1f}us"
+        )
         if r.variant != STRUCTURED:
             line += f" {r.median_us / structured[(r.size, r.phase)]:>20.1f}x"
         lines.append(line)

@@ -1,9 +1,14 @@
 """tensortools' tensor types, each on the dispatch base of :mod:`tensortools.dispatch`."""
 
-from tensortools.types.logging_tensor import (CallStats, CapturedLogs, LoggingTensor,
-                                              capture_logs)
+from tensortools.types.logging_tensor import CallStats, CapturedLogs, LoggingTensor, capture_logs
 from tensortools.types.metadata_tensor import MetadataTensor
 from tensortools.types.scalar_tensor import ScalarTensor
 
-__all__ = ["ScalarTensor", "MetadataTensor", "LoggingTensor", "capture_logs",
-           "CapturedLogs", "CallStats"]
+__all__ = [
+    "ScalarTensor",
+    "MetadataTensor",
+    "LoggingTensor",
+    "capture_logs",
+    "CapturedLogs",
+    "CallStats",
+]

@@ -7,11 +7,13 @@ import contextvars
 import dataclasses
 import logging
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from tensortools._settings import pop, push
 from tensortools.dispatch import TensorWrapper
 
 __all__ = ["LoggingTensor", "CapturedLogs", "CallStats", "capture_logs", "LOGGER_NAME"]
@@ -20,10 +22,12 @@ __all__ = ["LoggingTensor", "CapturedLogs", "CallStats", "capture_logs", "LOGGER
 LOGGER_NAME = "tensortools.logging"
 _logger = logging.getLogger(LOGGER_NAME)
 
-# The capture_logs blocks active in the current context (thread or asyncio task): the
-# lists their records go to. Other threads' calls never reach them.
-_CAPTURES: contextvars.ContextVar[tuple] = contextvars.ContextVar(
-    "tensortools_log_captures", default=())
+# The capture_logs blocks open in the current context (thread or asyncio task), as a stack
+# (tensortools._settings.push/pop) of the lists their records go to, or None. Other
+# threads' calls never reach them.
+_CAPTURES: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "tensortools_log_captures", default=None
+)
 
 
 class LoggingTensor(TensorWrapper):
@@ -45,7 +49,7 @@ class LoggingTensor(TensorWrapper):
     """
 
     @staticmethod
-    def __new__(cls, data: Any) -> "LoggingTensor":
+    def __new__(cls, data: Any) -> LoggingTensor:
         return cls._make(data)
 
     def __init__(self, data: Any) -> None:
@@ -58,6 +62,7 @@ class LoggingTensor(TensorWrapper):
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         captures = _CAPTURES.get()
+        captures = () if captures is None else [records for _, records in captures["logs"]]
         to_logger = _logger.isEnabledFor(logging.INFO)
         if not (captures or to_logger):
             return super().__torch_function__(func, types, args, kwargs)
@@ -73,14 +78,26 @@ class LoggingTensor(TensorWrapper):
         finally:
             _emit(name, arguments, time.perf_counter() - start, failed, captures, to_logger)
 
+    @classmethod
+    def coverage_call(cls, call):
+        with capture_logs() as logs:
+            result = call()
+        return result, "" if logs else "the call was not logged"
 
-def _emit(name: str, arguments: str, duration: float, failed: str | None, captures: tuple,
-          to_logger: bool) -> None:
+
+def _emit(
+    name: str, arguments: str, duration: float, failed: str | None, captures: tuple, to_logger: bool
+) -> None:
     record = _logger.makeRecord(
-        _logger.name, logging.INFO, "(unknown file)", 0, "%s(%s) %s in %.1f us",
+        _logger.name,
+        logging.INFO,
+        "(unknown file)",
+        0,
+        "%s(%s) %s in %.1f us",
         (name, arguments, f"raised {failed}" if failed else "returned", duration * 1e6),
-        None, extra={"function": name, "arguments": arguments, "duration": duration,
-                     "failed": failed})
+        None,
+        extra={"function": name, "arguments": arguments, "duration": duration, "failed": failed},
+    )
     for records in captures:
         records.append(record)
     if to_logger:
@@ -111,14 +128,15 @@ def _summary(args: tuple, kwargs: dict | None, limit: int = 6) -> str:
     return ", ".join(parts)
 
 
-# Arguments shown as they are: options and shapes, not data.
+# Arguments shown as they are: options (strings, dtypes, devices, layouts), shapes, None.
 _SHOWN = (str, torch.dtype, torch.device, torch.layout, torch.memory_format, type(None))
 
 
 def _describe(obj: Any, depth: int = 0) -> str:
     """A short description of an argument that holds none of the call's data: tensors by
-    type, dtype and shape (at any depth), shapes (torch.Size) and top-level numbers (dims,
-    scalars) as they are, numbers inside sequences and other objects by their type."""
+    type, dtype and shape (at any depth), shapes (torch.Size) and options as they are,
+    numbers (which may become data: a fill value, an assigned item) and any other object
+    by their type."""
     if isinstance(obj, Tensor):
         with torch._C.DisableTorchFunctionSubclass():
             dtype = str(obj.dtype).removeprefix("torch.")
@@ -131,7 +149,7 @@ def _describe(obj: Any, depth: int = 0) -> str:
         inner = ", ".join(_describe(o, depth + 1) for o in obj[:4])
         more = ", ..." if len(obj) > 4 else ""
         return f"[{inner}{more}]" if isinstance(obj, list) else f"({inner}{more})"
-    if isinstance(obj, (bool, int, float, complex)) and depth == 0 or isinstance(obj, _SHOWN):
+    if isinstance(obj, _SHOWN):
         text = repr(obj)
         return text if len(text) <= 40 else text[:37] + "..."
     return type(obj).__name__
@@ -181,11 +199,11 @@ def capture_logs() -> Iterator[CapturedLogs]:
     enabled for INFO, as without a capture).
     """
     records = CapturedLogs()
-    token = _CAPTURES.set((*_CAPTURES.get(), records))
+    marker = push(_CAPTURES, "logs", records)
     try:
         yield records
     finally:
-        _CAPTURES.reset(token)
+        pop(_CAPTURES, "logs", marker)
 
 
 torch.serialization.add_safe_globals([LoggingTensor])

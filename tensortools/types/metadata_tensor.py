@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, ClassVar, Mapping, Union
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
+from torch.utils._pytree import tree_leaves
 
 from tensortools._native import C as _C
 from tensortools._settings import OVERRIDES, ClassSetting
-from tensortools.dispatch import _NO_WRAP, TensorWrapper, _wrap_outputs
+from tensortools.dispatch import NO_WRAP, TensorWrapper, wrap_outputs
 
 __all__ = ["MetadataTensor", "MERGE_POLICIES", "collate"]
 
 #: The named merge policies; a callable taking the list of dicts is accepted too.
 MERGE_POLICIES = ("first", "strict", "union")
-MergePolicy = Union[str, Callable[[list], dict]]
+MergePolicy = str | Callable[[list], dict]
 
 
 class MetadataTensor(TensorWrapper):
@@ -45,10 +47,11 @@ class MetadataTensor(TensorWrapper):
     metadata: dict
 
     @staticmethod
-    def __new__(cls, data: Any, metadata: Mapping | None = None) -> "MetadataTensor":
+    def __new__(cls, data: Any, metadata: Mapping | None = None) -> MetadataTensor:
         if metadata is not None and not isinstance(metadata, Mapping):
-            raise TypeError("MetadataTensor: 'metadata' must be a dict, got "
-                            f"{type(metadata).__name__}")
+            raise TypeError(
+                f"MetadataTensor: 'metadata' must be a dict, got {type(metadata).__name__}"
+            )
         out = cls._make(data)
         out.metadata = dict(metadata or {})
         return out
@@ -65,8 +68,10 @@ class MetadataTensor(TensorWrapper):
     def _check_state(cls, state: Any, error: type[Exception]) -> dict:
         state = super()._check_state(state, error)
         if not isinstance(state.get("metadata", {}), dict):
-            raise error(f"{cls.__name__}: invalid saved state; 'metadata' must be a dict, "
-                        f"got {type(state['metadata']).__name__}")
+            raise error(
+                f"{cls.__name__}: invalid saved state; 'metadata' must be a dict, "
+                f"got {type(state['metadata']).__name__}"
+            )
         return state
 
     def __setstate__(self, state: Any) -> None:
@@ -108,17 +113,31 @@ class MetadataTensor(TensorWrapper):
 
     @classmethod
     def context(cls, func, args, kwargs) -> dict:
-        found = []
-        _collect(cls, args, found)
-        if kwargs:
-            _collect(cls, kwargs.values(), found)
+        # The MetadataTensors among the arguments, also inside lists and tuples, in order.
+        # (Not inside dicts: the compiled path does not look there either.)
+        leaves = tree_leaves(
+            (args, kwargs or {}), is_leaf=lambda x: isinstance(x, dict) and x is not kwargs
+        )
+        found = [m for a in leaves if isinstance(a, cls) and (m := metadata_of(a)) is not None]
         return _merge(cls._merge_policy, found)
 
     @classmethod
-    def wrap(cls, tensor: Tensor, context: dict) -> "MetadataTensor":
+    def wrap(cls, tensor: Tensor, context: dict) -> MetadataTensor:
         out = tensor.as_subclass(cls)
         out.metadata = dict(context)
         return out
+
+    @classmethod
+    def coverage_instance(cls, tensor: Tensor) -> MetadataTensor:
+        return cls(tensor, {"coverage": 1})
+
+    @classmethod
+    def coverage_result_problem(cls, result: Any) -> str:
+        problem = super().coverage_result_problem(result)
+        for t in tree_leaves(result):
+            if not problem and isinstance(t, cls) and metadata_of(t) != {"coverage": 1}:
+                problem = f"a result's metadata is {metadata_of(t)!r}"
+        return problem
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -134,7 +153,8 @@ class MetadataTensor(TensorWrapper):
                     _check_merge_policy(value)
         cls._fast_dispatch = all(
             getattr(cls, name).__func__ is getattr(MetadataTensor, name).__func__
-            for name in _FAST_HOOKS)
+            for name in _FAST_HOOKS
+        )
 
     @classmethod
     def _python_torch_function(cls, func, types, args=(), kwargs=None):
@@ -158,10 +178,10 @@ _FAST_HOOKS = ("context", "wrap", "fallback", "call_plain")
 
 
 def _wrap_result(cls, result, context):
-    return _wrap_outputs(cls, result, context, {})
+    return wrap_outputs(cls, result, context, {})
 
 
-_C.metadata_dispatch_setup(Tensor, frozenset(_NO_WRAP), _wrap_result, OVERRIDES)
+_C.metadata_dispatch_setup(Tensor, frozenset(NO_WRAP), _wrap_result, OVERRIDES)
 
 
 def _setting(cls: type, name: str) -> ClassSetting:
@@ -170,20 +190,16 @@ def _setting(cls: type, name: str) -> ClassSetting:
 
 def _check_merge_policy(policy: Any) -> None:
     if not callable(policy) and policy not in MERGE_POLICIES:
-        raise ValueError("MetadataTensor: 'policy' must be one of "
-                         f"{MERGE_POLICIES} or a callable, got {policy!r}")
+        raise ValueError(
+            "MetadataTensor: 'policy' must be one of "
+            f"{MERGE_POLICIES} or a callable, got {policy!r}"
+        )
 
 
-def _collect(cls: type, args, found: list) -> None:
-    """Append the metadata dicts of MetadataTensors in args (and in lists/tuples in it)."""
-    for a in args:
-        if isinstance(a, cls):
-            # A tensor made a MetadataTensor by other means (as_subclass) may lack a dict.
-            metadata = a.__dict__.get("metadata")
-            if metadata is not None:
-                found.append(metadata)
-        elif isinstance(a, (list, tuple)):
-            _collect(cls, a, found)
+def metadata_of(tensor: Tensor) -> dict | None:
+    """A MetadataTensor's metadata dict, or None where it has none (a tensor made a
+    MetadataTensor by other means, such as as_subclass, has no dict yet)."""
+    return tensor.__dict__.get("metadata")
 
 
 def _merge(policy: MergePolicy, dicts: list[dict]) -> dict:
@@ -194,8 +210,9 @@ def _merge(policy: MergePolicy, dicts: list[dict]) -> dict:
     if callable(policy):
         merged = policy([dict(d) for d in dicts])
         if not isinstance(merged, Mapping):
-            raise TypeError("MetadataTensor merge policy must return a dict, got "
-                            f"{type(merged).__name__}")
+            raise TypeError(
+                f"MetadataTensor merge policy must return a dict, got {type(merged).__name__}"
+            )
         return merged
     merged: dict = {}
     for d in dicts:
@@ -203,8 +220,10 @@ def _merge(policy: MergePolicy, dicts: list[dict]) -> dict:
             if key not in merged:
                 merged[key] = value
             elif policy == "strict" and not _same(merged[key], value):
-                raise ValueError(f"MetadataTensor (merge policy 'strict'): key {key!r} has "
-                                 f"conflicting values {merged[key]!r} and {value!r}")
+                raise ValueError(
+                    f"MetadataTensor (merge policy 'strict'): key {key!r} has "
+                    f"conflicting values {merged[key]!r} and {value!r}"
+                )
     return merged
 
 
@@ -212,8 +231,12 @@ def _same(a: Any, b: Any) -> bool:
     if a is b:
         return True
     if isinstance(a, Tensor) or isinstance(b, Tensor):
-        return (isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape
-                and bool(torch.equal(a, b)))
+        return (
+            isinstance(a, Tensor)
+            and isinstance(b, Tensor)
+            and a.shape == b.shape
+            and bool(torch.equal(a, b))
+        )
     try:
         return bool(a == b)
     except Exception:  # values whose == is not a truth value are different
@@ -230,12 +253,14 @@ def collate(batch: list, *, collate_fn_map: dict | None = None) -> MetadataTenso
     ``{"id": 7}`` give ``{"id": [3, 7]}``. Every sample must have the same keys.
     """
     first = batch[0]
-    dicts = [t.__dict__.get("metadata") or {} for t in batch]
+    dicts = [metadata_of(t) or {} for t in batch]
     for i, d in enumerate(dicts):
         if d.keys() != dicts[0].keys():
-            raise ValueError(f"{type(first).__name__} collate: sample {i} has metadata keys "
-                             f"{sorted(map(str, d))}, sample 0 has {sorted(map(str, dicts[0]))}; "
-                             "every sample of a batch needs the same keys")
+            raise ValueError(
+                f"{type(first).__name__} collate: sample {i} has metadata keys "
+                f"{sorted(map(str, d))}, sample 0 has {sorted(map(str, dicts[0]))}; "
+                "every sample of a batch needs the same keys"
+            )
     with torch._C.DisableTorchFunctionSubclass():
         plain = [t.as_subclass(Tensor) for t in batch]
         data = torch.utils.data._utils.collate.collate_tensor_fn(plain)

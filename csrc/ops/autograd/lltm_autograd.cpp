@@ -53,8 +53,7 @@ class LLTMFunction : public torch::autograd::Function<LLTMFunction> {
     // An output that did not reach the loss has an undefined gradient: it is zero.
     const at::Tensor grad_h = grads[0].defined() ? grads[0] : at::zeros_like(new_cell);
     const at::Tensor grad_cell = grads[1].defined() ? grads[1] : at::zeros_like(new_cell);
-    return LLTMBackwardFunction::apply(grad_h, grad_cell, new_cell, saved[1], saved[2],
-                                       saved[3]);
+    return LLTMBackwardFunction::apply(grad_h, grad_cell, new_cell, saved[1], saved[2], saved[3]);
   }
 };
 

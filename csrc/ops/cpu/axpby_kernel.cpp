@@ -14,13 +14,10 @@ namespace {
 
 at::Tensor axpby_cpu(const at::Tensor& x, const at::Tensor& y, const at::Scalar& alpha,
                      const at::Scalar& beta) {
-  check_args(x, y, kCpuFloatingTypes);
+  check_args(x, y, alpha, beta, kCpuFloatingTypes);
   at::Tensor out = allocate_output(x, y);
-  auto iter = at::TensorIteratorConfig()
-                  .add_output(out)
-                  .add_const_input(x)
-                  .add_const_input(y)
-                  .build();
+  auto iter =
+      at::TensorIteratorConfig().add_output(out).add_const_input(x).add_const_input(y).build();
   AT_DISPATCH_FLOATING_TYPES(iter.common_dtype(), "axpby_cpu", [&] {
     using opmath_t = at::opmath_type<scalar_t>;
     // Rounded like torch rounds a Python number for this dtype (1e300 is inf in float).
@@ -51,6 +48,4 @@ at::Tensor axpby_cpu(const at::Tensor& x, const at::Tensor& y, const at::Scalar&
 }  // namespace
 }  // namespace tensortools::axpby
 
-TORCH_LIBRARY_IMPL(tensortools, CPU, m) {
-  m.impl("axpby", &tensortools::axpby::axpby_cpu);
-}
+TORCH_LIBRARY_IMPL(tensortools, CPU, m) { m.impl("axpby", &tensortools::axpby::axpby_cpu); }

@@ -174,8 +174,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_bn2d_forward_cpu(
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv_bn2d_backward_cpu(
     const at::Tensor& grad_output_, const at::Tensor& input, const at::Tensor& weight,
     const std::optional<at::Tensor>& gamma, const at::Tensor& mean_, const at::Tensor& var_,
-    at::IntArrayRef stride, at::IntArrayRef padding, double eps,
-    std::array<bool, 3> output_mask) {
+    at::IntArrayRef stride, at::IntArrayRef padding, double eps, std::array<bool, 3> output_mask) {
   check_backward_args(grad_output_, input, weight, gamma, mean_, var_, stride, padding, eps,
                       kCpuFloatingTypes);
   // Gradients arriving from reductions are often expanded (stride 0): copy once here.

@@ -29,10 +29,9 @@ namespace {
 // Rows [b0, b1) of the forward pass; `gates` (B×3S, pre-activation) is overwritten with
 // the activated gates.
 template <typename T, typename M>
-TENSORTOOLS_ALWAYS_INLINE void forward_rows(T* __restrict gates,
-                                            const T* __restrict old_cell,
-                                            T* __restrict new_cell, T* __restrict new_h,
-                                            int64_t b0, int64_t b1, int64_t S) {
+TENSORTOOLS_ALWAYS_INLINE void forward_rows(T* __restrict gates, const T* __restrict old_cell,
+                                            T* __restrict new_cell, T* __restrict new_h, int64_t b0,
+                                            int64_t b1, int64_t S) {
   for (int64_t b = b0; b < b1; ++b) {
     T* gi = gates + b * 3 * S;
     T* go = gi + S;
@@ -52,9 +51,9 @@ template <typename T, typename M>
 TENSORTOOLS_ALWAYS_INLINE void backward_rows(const T* __restrict gates,
                                              const T* __restrict new_cell,
                                              const T* __restrict grad_h,
-                                             const T* __restrict grad_cell,
-                                             T* __restrict d_gates, T* __restrict d_old_cell,
-                                             int64_t b0, int64_t b1, int64_t S) {
+                                             const T* __restrict grad_cell, T* __restrict d_gates,
+                                             T* __restrict d_old_cell, int64_t b0, int64_t b1,
+                                             int64_t S) {
   for (int64_t b = b0; b < b1; ++b) {
     const T* gi = gates + b * 3 * S;
     T* di = d_gates + b * 3 * S;
@@ -62,8 +61,7 @@ TENSORTOOLS_ALWAYS_INLINE void backward_rows(const T* __restrict gates,
 #pragma omp simd
     for (int64_t j = 0; j < S; ++j) {
       backward_element<T, M>(gi[j], gi[S + j], gi[2 * S + j], new_cell[r + j], grad_h[r + j],
-                             grad_cell[r + j], di[j], di[S + j], di[2 * S + j],
-                             d_old_cell[r + j]);
+                             grad_cell[r + j], di[j], di[S + j], di[2 * S + j], d_old_cell[r + j]);
     }
   }
 }
@@ -74,14 +72,14 @@ TENSORTOOLS_TARGET_CLONES void forward_pass(float* g, const float* oc, float* nc
   forward_rows<float, cpu::FastMathF32>(g, oc, nc, nh, b0, b1, S);
 }
 
-void forward_pass(double* g, const double* oc, double* nc, double* nh, int64_t b0,
-                  int64_t b1, int64_t S) {
+void forward_pass(double* g, const double* oc, double* nc, double* nh, int64_t b0, int64_t b1,
+                  int64_t S) {
   forward_rows<double, StdMath>(g, oc, nc, nh, b0, b1, S);
 }
 
 TENSORTOOLS_TARGET_CLONES void backward_pass(const float* g, const float* nc, const float* gh,
-                                             const float* gcell, float* dg, float* doc,
-                                             int64_t b0, int64_t b1, int64_t S) {
+                                             const float* gcell, float* dg, float* doc, int64_t b0,
+                                             int64_t b1, int64_t S) {
   backward_rows<float, cpu::FastMathF32>(g, nc, gh, gcell, dg, doc, b0, b1, S);
 }
 
@@ -90,9 +88,9 @@ void backward_pass(const double* g, const double* nc, const double* gh, const do
   backward_rows<double, StdMath>(g, nc, gh, gcell, dg, doc, b0, b1, S);
 }
 
-ForwardOutputs lltm_forward_cpu(
-    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
-    const at::Tensor& old_h, const at::Tensor& old_cell_) {
+ForwardOutputs lltm_forward_cpu(const at::Tensor& input, const at::Tensor& weights,
+                                const at::Tensor& bias, const at::Tensor& old_h,
+                                const at::Tensor& old_cell_) {
   check_forward_args(input, weights, bias, old_h, old_cell_, kCpuFloatingTypes);
   const int64_t B = input.size(0), S = old_h.size(1);
 

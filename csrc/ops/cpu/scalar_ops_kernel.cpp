@@ -43,8 +43,7 @@ at::Tensor add_diagonal_cpu(const at::Tensor& self_, const at::Tensor& value) {
   at::Tensor out = allocate_output(self);
   const int64_t n = self.size(-1);
   const int64_t rows = n == 0 ? 0 : self.numel() / n;  // batch * n
-  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "add_diagonal_cpu",
-                             [&] {
+  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "add_diagonal_cpu", [&] {
     const scalar_t v = value.item<scalar_t>();
     const scalar_t* in = self.const_data_ptr<scalar_t>();
     scalar_t* o = out.data_ptr<scalar_t>();
@@ -59,8 +58,8 @@ at::Tensor add_diagonal_cpu(const at::Tensor& self_, const at::Tensor& value) {
 // A function of its own so that __restrict tells the compiler that out does not alias
 // in, which it needs to vectorise.
 template <typename scalar_t, bool CheckFinite>
-void scale_block(const scalar_t* __restrict in, scalar_t v, scalar_t* __restrict out,
-                 int64_t n, bool* __restrict finite) {
+void scale_block(const scalar_t* __restrict in, scalar_t v, scalar_t* __restrict out, int64_t n,
+                 bool* __restrict finite) {
   using acc_t = at::opmath_type<scalar_t>;
   // in[k] * 0 is 0 for a finite in[k] and NaN otherwise; summed into kLanes independent
   // sums (one chain would wait on each addition), it vectorises with the product.
@@ -93,13 +92,11 @@ void scale_block(const scalar_t* __restrict in, scalar_t v, scalar_t* __restrict
 // out = v * in over [0, n) in parallel; with CheckFinite, also whether every in[k] is
 // finite.
 template <typename scalar_t, bool CheckFinite>
-void scale_pass(const scalar_t* in, scalar_t v, scalar_t* out, int64_t n,
-                bool* all_finite) {
+void scale_pass(const scalar_t* in, scalar_t v, scalar_t* out, int64_t n, bool* all_finite) {
   std::atomic<bool> finite{true};
   at::parallel_for(0, n, at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
     bool block_finite = true;
-    scale_block<scalar_t, CheckFinite>(in + begin, v, out + begin, end - begin,
-                                       &block_finite);
+    scale_block<scalar_t, CheckFinite>(in + begin, v, out + begin, end - begin, &block_finite);
     if (!block_finite) {
       finite.store(false, std::memory_order_relaxed);
     }
@@ -126,8 +123,7 @@ std::tuple<at::Tensor, at::Tensor> scale_finite_cpu(const at::Tensor& self_,
   const at::Tensor self = self_.contiguous();
   at::Tensor out = allocate_output(self);
   bool finite = true;
-  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "scale_finite_cpu",
-                             [&] {
+  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "scale_finite_cpu", [&] {
     const scalar_t* in = self.const_data_ptr<scalar_t>();
     const scalar_t v = value.item<scalar_t>();
     scalar_t* o = out.data_ptr<scalar_t>();

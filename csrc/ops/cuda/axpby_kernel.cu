@@ -26,17 +26,15 @@ struct Layout {
 
 template <typename scalar_t, typename opmath_t>
 __global__ void axpby_flat_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ y,
-                                  scalar_t* __restrict__ out, int64_t n, opmath_t a,
-                                  opmath_t b) {
+                                  scalar_t* __restrict__ out, int64_t n, opmath_t a, opmath_t b) {
   TENSORTOOLS_GRID_STRIDE_LOOP(i, n, int64_t) {
-    out[i] = static_cast<scalar_t>(a * static_cast<opmath_t>(x[i]) +
-                                   b * static_cast<opmath_t>(y[i]));
+    out[i] =
+        static_cast<scalar_t>(a * static_cast<opmath_t>(x[i]) + b * static_cast<opmath_t>(y[i]));
   }
 }
 
 template <typename scalar_t, typename opmath_t>
-__global__ void axpby_strided_kernel(const scalar_t* __restrict__ x,
-                                     const scalar_t* __restrict__ y,
+__global__ void axpby_strided_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ y,
                                      scalar_t* __restrict__ out, int64_t n, Layout layout,
                                      opmath_t a, opmath_t b) {
   TENSORTOOLS_GRID_STRIDE_LOOP(i, n, int64_t) {
@@ -47,14 +45,14 @@ __global__ void axpby_strided_kernel(const scalar_t* __restrict__ x,
       xo += index * layout.x_strides[d];
       yo += index * layout.y_strides[d];
     }
-    out[i] = static_cast<scalar_t>(a * static_cast<opmath_t>(x[xo]) +
-                                   b * static_cast<opmath_t>(y[yo]));
+    out[i] =
+        static_cast<scalar_t>(a * static_cast<opmath_t>(x[xo]) + b * static_cast<opmath_t>(y[yo]));
   }
 }
 
 at::Tensor axpby_cuda(const at::Tensor& x_, const at::Tensor& y_, const at::Scalar& alpha,
                       const at::Scalar& beta) {
-  check_args(x_, y_, kCudaFloatingTypes);
+  check_args(x_, y_, alpha, beta, kCudaFloatingTypes);
   const c10::cuda::CUDAGuard guard(x_.device());
   const auto shape = at::infer_size(x_.sizes(), y_.sizes());
   at::Tensor x = x_.expand(shape), y = y_.expand(shape);
@@ -75,8 +73,8 @@ at::Tensor axpby_cuda(const at::Tensor& x_, const at::Tensor& y_, const at::Scal
     const opmath_t b = static_cast<opmath_t>(beta.toDouble());
     if (x.is_contiguous() && y.is_contiguous()) {
       axpby_flat_kernel<scalar_t, opmath_t><<<cuda::blocks_for(n), cuda::kThreads, 0, stream>>>(
-          x.const_data_ptr<scalar_t>(), y.const_data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
-          n, a, b);
+          x.const_data_ptr<scalar_t>(), y.const_data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), n,
+          a, b);
     } else {
       Layout layout{static_cast<int>(out.dim()), {}, {}, {}};
       for (int d = 0; d < layout.dims; ++d) {
@@ -84,10 +82,9 @@ at::Tensor axpby_cuda(const at::Tensor& x_, const at::Tensor& y_, const at::Scal
         layout.x_strides[d] = x.stride(d);
         layout.y_strides[d] = y.stride(d);
       }
-      axpby_strided_kernel<scalar_t, opmath_t>
-          <<<cuda::blocks_for(n), cuda::kThreads, 0, stream>>>(
-              x.const_data_ptr<scalar_t>(), y.const_data_ptr<scalar_t>(),
-              out.data_ptr<scalar_t>(), n, layout, a, b);
+      axpby_strided_kernel<scalar_t, opmath_t><<<cuda::blocks_for(n), cuda::kThreads, 0, stream>>>(
+          x.const_data_ptr<scalar_t>(), y.const_data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), n,
+          layout, a, b);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
@@ -97,6 +94,4 @@ at::Tensor axpby_cuda(const at::Tensor& x_, const at::Tensor& y_, const at::Scal
 }  // namespace
 }  // namespace tensortools::axpby
 
-TORCH_LIBRARY_IMPL(tensortools, CUDA, m) {
-  m.impl("axpby", &tensortools::axpby::axpby_cuda);
-}
+TORCH_LIBRARY_IMPL(tensortools, CUDA, m) { m.impl("axpby", &tensortools::axpby::axpby_cuda); }

@@ -29,7 +29,7 @@ bool fits_int32(const Tensors&... ts) {
 }
 
 // for (i = first; i < n; i += stride) over the whole grid.
-#define TENSORTOOLS_GRID_STRIDE_LOOP(i, n, index_t)                                 \
+#define TENSORTOOLS_GRID_STRIDE_LOOP(i, n, index_t)                                      \
   for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<index_t>(blockDim.x) * gridDim.x)
 

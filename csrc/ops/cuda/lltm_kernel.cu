@@ -53,9 +53,8 @@ __global__ void backward_kernel(Accessor2<const scalar_t, index_t> gates,
   TENSORTOOLS_GRID_STRIDE_LOOP(k, n, index_t) {
     const index_t b = k / S, j = k % S;
     opmath_t d_i, d_o, d_c, d_oc;
-    backward_element<opmath_t>(gates[b][j], gates[b][S + j], gates[b][2 * S + j],
-                               new_cell[b][j], grad_h[b][j], grad_cell[b][j], d_i, d_o, d_c,
-                               d_oc);
+    backward_element<opmath_t>(gates[b][j], gates[b][S + j], gates[b][2 * S + j], new_cell[b][j],
+                               grad_h[b][j], grad_cell[b][j], d_i, d_o, d_c, d_oc);
     d_gates[b][j] = static_cast<scalar_t>(d_i);
     d_gates[b][S + j] = static_cast<scalar_t>(d_o);
     d_gates[b][2 * S + j] = static_cast<scalar_t>(d_c);
@@ -68,9 +67,9 @@ Accessor2<scalar_t, index_t> acc(const at::Tensor& t) {
   return t.generic_packed_accessor<scalar_t, 2, at::RestrictPtrTraits, index_t>();
 }
 
-ForwardOutputs lltm_forward_cuda(
-    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
-    const at::Tensor& old_h, const at::Tensor& old_cell_) {
+ForwardOutputs lltm_forward_cuda(const at::Tensor& input, const at::Tensor& weights,
+                                 const at::Tensor& bias, const at::Tensor& old_h,
+                                 const at::Tensor& old_cell_) {
   check_forward_args(input, weights, bias, old_h, old_cell_, kCudaFloatingTypes);
   const c10::cuda::CUDAGuard guard(input.device());
   const int64_t B = input.size(0), S = old_h.size(1);
@@ -82,23 +81,23 @@ ForwardOutputs lltm_forward_cuda(
     return {new_h, new_cell, gates, X};
   }
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(),
-                                  "lltm_forward_cuda", [&] {
-    auto launch = [&](auto index) {
-      using index_t = decltype(index);
-      forward_kernel<scalar_t, index_t><<<cuda::blocks_for(B * S), cuda::kThreads, 0, stream>>>(
-          acc<scalar_t, index_t>(gates), acc<const scalar_t, index_t>(old_cell),
-          acc<scalar_t, index_t>(new_cell), acc<scalar_t, index_t>(new_h));
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    };
-    cuda::fits_int32(gates) ? launch(int32_t{}) : launch(int64_t{});
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_forward_cuda", [&] {
+        auto launch = [&](auto index) {
+          using index_t = decltype(index);
+          forward_kernel<scalar_t, index_t><<<cuda::blocks_for(B * S), cuda::kThreads, 0, stream>>>(
+              acc<scalar_t, index_t>(gates), acc<const scalar_t, index_t>(old_cell),
+              acc<scalar_t, index_t>(new_cell), acc<scalar_t, index_t>(new_h));
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        };
+        cuda::fits_int32(gates) ? launch(int32_t{}) : launch(int64_t{});
+      });
   return {new_h, new_cell, gates, X};
 }
 
-BackwardOutputs lltm_backward_cuda(
-    const at::Tensor& grad_h_, const at::Tensor& grad_cell_, const at::Tensor& new_cell_,
-    const at::Tensor& gates_, const at::Tensor& X, const at::Tensor& weights) {
+BackwardOutputs lltm_backward_cuda(const at::Tensor& grad_h_, const at::Tensor& grad_cell_,
+                                   const at::Tensor& new_cell_, const at::Tensor& gates_,
+                                   const at::Tensor& X, const at::Tensor& weights) {
   check_backward_args(grad_h_, grad_cell_, new_cell_, gates_, X, weights, kCudaFloatingTypes);
   const c10::cuda::CUDAGuard guard(new_cell_.device());
   const int64_t B = new_cell_.size(0), S = new_cell_.size(1);
@@ -108,19 +107,19 @@ BackwardOutputs lltm_backward_cuda(
   const at::Tensor &d_gates = buf.d_gates, &d_old_cell = buf.d_old_cell;
   if (B * S > 0) {
     const auto stream = c10::cuda::getCurrentCUDAStream();
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(),
-                                    "lltm_backward_cuda", [&] {
-      auto launch = [&](auto index) {
-        using index_t = decltype(index);
-        backward_kernel<scalar_t, index_t>
-            <<<cuda::blocks_for(B * S), cuda::kThreads, 0, stream>>>(
-                acc<const scalar_t, index_t>(gates), acc<const scalar_t, index_t>(new_cell),
-                acc<const scalar_t, index_t>(grad_h), acc<const scalar_t, index_t>(grad_cell),
-                acc<scalar_t, index_t>(d_gates), acc<scalar_t, index_t>(d_old_cell));
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      };
-      cuda::fits_int32(gates) ? launch(int32_t{}) : launch(int64_t{});
-    });
+    AT_DISPATCH_FLOATING_TYPES_AND2(
+        at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_backward_cuda", [&] {
+          auto launch = [&](auto index) {
+            using index_t = decltype(index);
+            backward_kernel<scalar_t, index_t>
+                <<<cuda::blocks_for(B * S), cuda::kThreads, 0, stream>>>(
+                    acc<const scalar_t, index_t>(gates), acc<const scalar_t, index_t>(new_cell),
+                    acc<const scalar_t, index_t>(grad_h), acc<const scalar_t, index_t>(grad_cell),
+                    acc<scalar_t, index_t>(d_gates), acc<scalar_t, index_t>(d_old_cell));
+            C10_CUDA_KERNEL_LAUNCH_CHECK();
+          };
+          cuda::fits_int32(gates) ? launch(int32_t{}) : launch(int64_t{});
+        });
   }
   backward_products(buf, X, weights);
   return buf.outputs();

@@ -1,0 +1,150 @@
+"""Running PyTorch's operator samples (op_db) through a type and judging the answers
+against the plain computation."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils._pytree import tree_leaves, tree_map
+
+from tensortools.dispatch import TensorLike
+
+__all__ = ["SAMPLE_RESULTS", "SampleResult", "check_sample", "sample_cases"]
+
+#: What a sample run through a type gives: the plain answer, a different one, a clear
+#: TypeError, or another exception.
+SAMPLE_RESULTS = ("correct", "wrong", "refused", "error")
+
+
+@dataclasses.dataclass
+class SampleResult:
+    result: str  # one of SAMPLE_RESULTS
+    reason: str = ""
+
+
+def sample_cases(
+    max_samples: int = 2, dtype: torch.dtype = torch.float32
+) -> Iterator[tuple[str, Callable, Any, tuple, dict]]:
+    """(op_db name, function, input, args, kwargs) for up to `max_samples` CPU samples of
+    each op_db entry supporting `dtype`. Needs the expecttest package."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    for info in op_db:
+        if dtype not in info.supported_dtypes("cpu"):
+            continue
+        try:
+            samples = info.sample_inputs("cpu", dtype)
+            for i, s in enumerate(samples):
+                if i >= max_samples:
+                    break
+                yield info.name, info.op, s.input, tuple(s.args), dict(s.kwargs)
+        except Exception:  # an entry whose sample generator fails on this build
+            continue
+
+
+def _is_size(x: Any) -> bool:
+    return isinstance(x, torch.Size)
+
+
+def _plain(obj: Any) -> Any:
+    """obj with every tensor (any nesting) as a plain dense tensor of its values: a
+    tensor-like type's tensor(), a subclass as torch.Tensor, sparse layouts made dense."""
+
+    def plain(x: Any) -> Any:
+        if isinstance(x, TensorLike):
+            return x.tensor()
+        if isinstance(x, Tensor):
+            with torch._C.DisableTorchFunctionSubclass():
+                if x.layout != torch.strided:
+                    x = x.to_dense()
+                return x if type(x) is Tensor else x.as_subclass(Tensor)
+        return x
+
+    return tree_map(plain, obj, is_leaf=_is_size)
+
+
+def _tensors(obj: Any) -> list:
+    return [x for x in tree_leaves(obj, is_leaf=_is_size) if isinstance(x, (Tensor, TensorLike))]
+
+
+def _compare(got: Any, want: Any, exact: bool) -> str:
+    """'' if got (plain form) equals want, else the reason."""
+    got_t, want_t = _tensors(got), _tensors(want)
+    if len(got_t) != len(want_t):
+        return f"{len(got_t)} tensors returned instead of {len(want_t)}"
+    if not want_t:
+        try:
+            same = bool(got == want)
+        except Exception:  # e.g. comparing tensors inside containers
+            same = False
+        return "" if same or repr(got) == repr(want) else f"returned {got!r} instead of {want!r}"
+    for g, w in zip(_plain(got_t), _plain(want_t)):
+        if g.dtype != w.dtype or g.shape != w.shape:
+            return f"dtype/shape {g.dtype} {tuple(g.shape)} instead of {w.dtype} {tuple(w.shape)}"
+        try:
+            if exact:
+                torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+            else:
+                torch.testing.assert_close(g, w, equal_nan=True)
+        except AssertionError as err:
+            return "values differ: " + str(err).splitlines()[0]
+    return ""
+
+
+# Functions whose results hold uninitialised memory: only dtype and shape can agree.
+_UNDEFINED_VALUES = {
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "empty_permuted",
+    "new_empty",
+    "new_empty_strided",
+}
+
+
+def _seeded(call: Callable[[], Any]) -> Any:
+    # (the CPU generator alone: the samples are CPU samples, and torch.manual_seed also
+    # records a stack trace per call for accelerators it seeds lazily)
+    torch.default_generator.manual_seed(0)
+    return call()
+
+
+def check_sample(
+    cls: type, op: Callable, inp: Any, args: tuple, kwargs: dict, name: str = ""
+) -> SampleResult | None:
+    """Run one sample of `op` (op_db entry `name`) through `cls` and compare with the
+    plain computation; None when the type has no stand-in for the sample (see
+    TorchFunctionTable.coverage_substitute), or the plain call itself fails."""
+    substituted = cls.coverage_substitute(inp, args, kwargs)
+    if substituted is None:
+        return None
+    t_inp, t_args, t_kwargs = substituted
+    p_inp, p_args, p_kwargs = _plain(substituted)
+    try:
+        want = _seeded(lambda: op(p_inp, *p_args, **p_kwargs))
+    except Exception:
+        return None
+    try:
+        got, problem = _seeded(lambda: cls.coverage_call(lambda: op(t_inp, *t_args, **t_kwargs)))
+    except TypeError as err:
+        return SampleResult("refused", f"TypeError: {str(err).splitlines()[0][:120]}")
+    except Exception as err:
+        return SampleResult("error", f"{type(err).__name__}: {str(err).splitlines()[0][:120]}")
+    problem = problem or cls.coverage_result_problem(got)
+    if problem:
+        return SampleResult("wrong", problem)
+    if (name or getattr(op, "__name__", "")) in _UNDEFINED_VALUES:
+        got = [
+            _plain(g).copy_(w) if (_plain(g).shape, _plain(g).dtype) == (w.shape, w.dtype) else g
+            for g, w in zip(_tensors(got), _tensors(want))
+        ]
+        want = _tensors(want)
+    try:
+        reason = _compare(got, want, exact=cls.coverage_exact)
+    except Exception as err:
+        return SampleResult("error", f"result not comparable: {type(err).__name__}: {err}"[:160])
+    return SampleResult("wrong", reason) if reason else SampleResult("correct")

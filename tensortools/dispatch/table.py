@@ -1,0 +1,226 @@
+"""The dispatch table: per-class handlers filled by a decorator, with the method and
+operator forms of each function, and the policy for calls without a handler."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from tensortools._settings import OVERRIDES, ClassSetting
+
+__all__ = ["POLICIES", "TorchFunctionTable", "aliases_of"]
+
+#: The policies a class may follow for calls without a handler.
+POLICIES = ("fallback", "strict")
+
+# torch function name -> its Tensor operator forms; True marks a form whose operands torch
+# swaps (Tensor.__rsub__(self, other) computes torch.sub(other, self)). torch computes the
+# reflected forms of add, mul and the bitwise operators as self op other (a different
+# order of operands rounds differently for complex numbers), so they swap nothing.
+_OPERATORS: dict[str, tuple[tuple[str, bool], ...]] = {
+    "add": (("__add__", False), ("__radd__", False)),
+    "sub": (("__sub__", False), ("__rsub__", True)),
+    "subtract": (("__sub__", False), ("__rsub__", True)),
+    "mul": (("__mul__", False), ("__rmul__", False)),
+    "multiply": (("__mul__", False), ("__rmul__", False)),
+    "div": (("__truediv__", False), ("__rtruediv__", True)),
+    "divide": (("__truediv__", False), ("__rtruediv__", True)),
+    "true_divide": (("__truediv__", False), ("__rtruediv__", True)),
+    "floor_divide": (("__floordiv__", False), ("__rfloordiv__", True)),
+    "remainder": (("__mod__", False), ("__rmod__", True)),
+    "pow": (("__pow__", False), ("__rpow__", True)),
+    "matmul": (("__matmul__", False), ("__rmatmul__", True)),
+    "neg": (("__neg__", False),),
+    "negative": (("__neg__", False),),
+    "positive": (("__pos__", False),),
+    "abs": (("__abs__", False),),
+    "bitwise_not": (("__invert__", False),),
+    "bitwise_and": (("__and__", False), ("__rand__", False)),
+    "bitwise_or": (("__or__", False), ("__ror__", False)),
+    "bitwise_xor": (("__xor__", False), ("__rxor__", False)),
+    "eq": (("__eq__", False),),
+    "ne": (("__ne__", False),),
+    "lt": (("__lt__", False),),
+    "le": (("__le__", False),),
+    "gt": (("__gt__", False),),
+    "ge": (("__ge__", False),),
+}
+
+
+def aliases_of(func: Callable) -> list[tuple[Callable, bool]]:
+    """The ``Tensor`` method and operator forms of a ``torch.*`` function.
+
+    Returns ``(alias, reflected)`` pairs; ``reflected`` means the alias takes the two
+    operands in the opposite order. Functions outside the ``torch`` namespace have none.
+    """
+    name = getattr(func, "__name__", None)
+    if name is None or getattr(torch, name, None) is not func:
+        return []
+    found = []
+    method = getattr(Tensor, name, None)
+    if callable(method):
+        found.append((method, False))
+    for dunder, reflected in _OPERATORS.get(name, ()):
+        op = getattr(Tensor, dunder, None)
+        if op is not None:
+            found.append((op, reflected))
+    return found
+
+
+def _swap_operands(handler: Callable) -> Callable:
+    def reflected(self, other, *args, **kwargs):
+        return handler(other, self, *args, **kwargs)
+
+    reflected.__wrapped__ = handler
+    return reflected
+
+
+_POLICY = ClassSetting("fallback")
+
+
+class TorchFunctionTable:
+    """Base for a type whose ``__torch_function__`` looks calls up in a per-class table.
+
+    Subclasses implement :meth:`fallback`, which runs a call that no handler answered.
+    ``cls.policy`` is the policy in force for ``cls`` in the current thread; a class body
+    may set its own (``policy = "strict"``).
+    """
+
+    policy: ClassVar[str] = _POLICY
+    # Handlers registered on this very class, and the merged view (own over inherited)
+    # that __torch_function__ reads; the view is rebuilt on every registration.
+    _own_handlers: ClassVar[dict[Callable, Callable]] = {}
+    _handlers: ClassVar[dict[Callable, Callable]] = {}
+    _registry_lock: ClassVar[threading.RLock] = threading.RLock()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        declared = _POLICY.adopt(cls)
+        if declared is not _POLICY:
+            _check_policy(cls, declared)
+        with cls._registry_lock:  # a parent may be registering in another thread
+            cls._own_handlers = {}
+            cls._rebuild_handlers()
+
+    @classmethod
+    def _rebuild_handlers(cls) -> None:
+        merged: dict[Callable, Callable] = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(klass.__dict__.get("_own_handlers", {}))
+        cls._handlers = merged  # replaced whole, so readers never see a half-built table
+        for sub in cls.__subclasses__():
+            sub._rebuild_handlers()
+
+    @classmethod
+    def implements(cls, *funcs: Callable, aliases: bool = True) -> Callable[[Callable], Callable]:
+        """Decorator: register the handler for ``funcs`` (and their aliases) on ``cls``.
+
+        The handler is called with the call's own arguments; it may return
+        ``NotImplemented`` to leave a call to the policy.
+        """
+        if not funcs:
+            raise TypeError(f"{cls.__name__}.implements() needs at least one function")
+        for func in funcs:
+            if not callable(func):
+                raise TypeError(f"{cls.__name__}.implements(): {func!r} is not callable")
+
+        def register(handler: Callable) -> Callable:
+            with cls._registry_lock:
+                for func in funcs:
+                    cls._own_handlers[func] = handler
+                    if aliases:
+                        for alias, reflected in aliases_of(func):
+                            cls._own_handlers[alias] = (
+                                _swap_operands(handler) if reflected else handler
+                            )
+                cls._rebuild_handlers()
+            return handler
+
+        return register
+
+    @classmethod
+    def handler_for(cls, func: Callable) -> Callable | None:
+        """The handler ``cls`` would call for ``func``, or None."""
+        return cls._handlers.get(func)
+
+    @classmethod
+    def set_policy(cls, policy: str) -> str:
+        """Set the policy for functions without a handler, for every thread; returns the
+        previous one."""
+        _check_policy(cls, policy)
+        return _POLICY.set(cls, policy)
+
+    @classmethod
+    def using_policy(cls, policy: str) -> contextlib.AbstractContextManager:
+        """Context manager: ``cls`` follows ``policy`` inside the block, in the current
+        thread only; on exit the thread sees the policy it saw before."""
+        _check_policy(cls, policy)
+        return _POLICY.override(cls, policy)
+
+    @classmethod
+    def fallback(cls, func: Callable, types: tuple, args: tuple, kwargs: dict) -> Any:
+        """Run a call no handler answered (policy "fallback").
+
+        This default refuses (returns NotImplemented), so a type that defines no
+        fallback of its own behaves as under the "strict" policy.
+        """
+        return NotImplemented
+
+    @classmethod
+    def refuses_unhandled(cls) -> bool:
+        """Whether calls without a handler end in a TypeError: the policy is strict, or
+        the class keeps the default (refusing) fallback."""
+        return (
+            cls.policy == "strict" or cls.fallback.__func__ is TorchFunctionTable.fallback.__func__
+        )
+
+    # -- override coverage (tensortools.coverage runs PyTorch's operator samples) -------
+
+    #: Whether the type's answers must equal the plain computation bit for bit (False:
+    #: to rounding, for types that compute some calls their own way).
+    coverage_exact: ClassVar[bool] = True
+
+    @classmethod
+    def coverage_substitute(cls, input: Any, args: tuple, kwargs: dict) -> tuple | None:
+        """How the type stands in for one of PyTorch's operator samples: the sample's
+        ``(input, args, kwargs)`` with instances of the type in place of (some of) its
+        tensors, or None where the type has no stand-in for it. By default None: coverage
+        then classifies the type's functions but runs no samples."""
+        return None
+
+    @classmethod
+    def coverage_call(cls, call: Callable[[], Any]) -> tuple[Any, str]:
+        """Run a sample's call on the type: its result, and '' or what went wrong beside
+        the result (a logging type checks that the call was logged)."""
+        return call(), ""
+
+    @classmethod
+    def coverage_result_problem(cls, result: Any) -> str:
+        """'' when a sample's result follows the type's rules (for example: results are of
+        the type), else what breaks them."""
+        return ""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        handler = cls._handlers.get(func)
+        if handler is not None:
+            result = handler(*args, **kwargs)
+            if result is not NotImplemented:
+                return result
+        # (cls.policy, read without the descriptor's call when no context overrides it)
+        policy = cls._global_policy if OVERRIDES.get() is None else cls.policy
+        if policy == "strict":
+            return NotImplemented
+        return cls.fallback(func, types, args, kwargs)
+
+
+def _check_policy(cls: type, policy: Any) -> None:
+    if policy not in POLICIES:
+        raise ValueError(f"{cls.__name__}: 'policy' must be one of {POLICIES}, got {policy!r}")

@@ -1,0 +1,128 @@
+"""TensorLike: a type that stands in for a tensor without being one; its operators,
+conversions and missing Tensor methods go through ``__torch_function__``."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.overrides import handle_torch_function, has_torch_function
+
+from tensortools.dispatch.table import TorchFunctionTable
+
+__all__ = ["CannotHoldResult", "INPLACE_OPERATORS", "TensorLike"]
+
+
+class TensorLike(TorchFunctionTable):
+    """Base for types that stand in for tensors without being ``torch.Tensor``.
+
+    Python operators (``a + b``, ``a @ b``, ``-a``, ``a[i]``, ``a += b``, comparisons),
+    conversions (``bool(a)``, ``float(a)``, iteration) and the ``Tensor`` methods and
+    properties the class does not define (``a.sum()``, ``a.T``) go through
+    ``__torch_function__`` as their ``Tensor`` forms (``Tensor.__add__``, ``Tensor.sum``),
+    so they reach the table or the policy like ``torch.*`` calls do. Binary operators
+    return ``NotImplemented`` where the call raises a ``TypeError`` (but
+    :class:`CannotHoldResult`), as ``torch.Tensor``'s do, so that Python tries the other
+    operand's reflected method.
+    """
+
+    __hash__ = object.__hash__  # defining __eq__ below would otherwise unset it
+
+    def tensor(self) -> Tensor:
+        """The dense tensor this object stands for (what its values are compared with)."""
+        raise NotImplementedError(f"{type(self).__name__} must define tensor()")
+
+    def __getattr__(self, name: str) -> Any:
+        attr = None if name.startswith("_") else getattr(Tensor, name, None)
+        if attr is None:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+        if callable(attr):
+            return functools.partial(_call_method, attr, self)
+        return _call_method(attr.__get__, self)
+
+
+def _call_method(method: Callable, self: TensorLike, *args: Any, **kwargs: Any) -> Any:
+    if has_torch_function((*args, *kwargs.values())):
+        return handle_torch_function(method, (self, *args), self, *args, **kwargs)
+    # Only this type overrides the call: dispatch directly. (torch's own refusal message
+    # cannot name a method descriptor, so it is written here.)
+    cls = type(self)
+    result = cls.__torch_function__(method, (cls,), (self, *args), kwargs)
+    if result is NotImplemented:
+        name = (
+            torch.overrides.resolve_name(method)
+            or f"torch.Tensor.{getattr(method, '__name__', method)}"
+        )
+        raise TypeError(
+            f"no implementation found for '{name}' on types that implement "
+            f"__torch_function__: [{cls.__name__}] (policy {cls.policy!r})"
+        )
+    return result
+
+
+class CannotHoldResult(TypeError):
+    """An in-place call (or ``out=``) whose result the tensor-like type cannot hold. Unlike
+    other TypeErrors of an operator, it is not turned into NotImplemented: Python would
+    then rebind ``a += b`` to a new object where torch changes ``a`` itself."""
+
+
+# The Tensor dunders a TensorLike forwards through __torch_function__. Binary ones (and
+# their reflected and in-place forms) return NotImplemented where the call raises a
+# TypeError, as torch.Tensor's own do, so that Python tries the other operand's method.
+_ARITHMETIC = ("add", "sub", "mul", "truediv", "div", "floordiv", "mod", "pow", "matmul",
+               "and", "or", "xor", "lshift", "rshift")  # fmt: skip
+#: The in-place operators of torch.Tensor (``__iadd__``, ...): they change their first
+#: operand.
+INPLACE_OPERATORS = frozenset(f"__i{op}__" for op in _ARITHMETIC if hasattr(Tensor, f"__i{op}__"))
+_BINARY_DUNDERS = frozenset(
+    f"__{prefix}{op}__"
+    for op in _ARITHMETIC
+    for prefix in ("", "r", "i")
+    if hasattr(Tensor, f"__{prefix}{op}__")
+) | {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"}
+_OTHER_DUNDERS = (
+    "__neg__",
+    "__pos__",
+    "__abs__",
+    "__invert__",
+    "__getitem__",
+    "__setitem__",
+    "__bool__",
+    "__int__",
+    "__float__",
+    "__complex__",
+    "__index__",
+    "__iter__",
+    "__reversed__",
+    "__contains__",
+    "__array__",
+    "__dlpack_device__",
+    "__nonzero__",
+    "__long__",
+)
+
+
+def _operator(name: str) -> Callable:
+    tensor_op = getattr(Tensor, name)
+    binary = name in _BINARY_DUNDERS
+
+    def operator(self, *args):
+        if not binary:
+            return _call_method(tensor_op, self, *args)
+        try:
+            return _call_method(tensor_op, self, *args)
+        except CannotHoldResult:
+            raise
+        except TypeError:
+            return NotImplemented
+
+    operator.__name__ = name
+    operator.__qualname__ = f"TensorLike.{name}"
+    return operator
+
+
+for _name in sorted(_BINARY_DUNDERS) + list(_OTHER_DUNDERS):
+    setattr(TensorLike, _name, _operator(_name))

@@ -1,0 +1,223 @@
+"""TensorWrapper: a ``torch.Tensor`` subclass whose results stay of its type, with a
+fallback that runs calls on plain tensors and wraps what they return, and saving and
+loading of its instances' attributes."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+from torch.utils._pytree import tree_leaves, tree_map_only
+
+from tensortools.dispatch.table import TorchFunctionTable
+
+__all__ = ["NO_WRAP", "TensorWrapper", "wrap_outputs"]
+
+
+def _is_foreign(cls: type, t: type) -> bool:
+    """Whether `t` is an overriding type `cls` knows nothing about."""
+    return not (issubclass(t, cls) or issubclass(cls, t))
+
+
+class TensorWrapper(TorchFunctionTable, Tensor):
+    """Base for ``torch.Tensor`` subclasses whose results stay of their type.
+
+    The fallback runs the torch function with subclass dispatch disabled (no unwrapping
+    needed, so an un-intercepted call costs little) and turns every tensor it returns
+    into the type via :meth:`wrap`, given what :meth:`context` drew from the arguments.
+    When another overriding type takes part in the call, this type's instances are
+    passed on as plain tensors and the call is left to the others, so both types act.
+    Results that another type returned are re-wrapped only if ``wrap_foreign`` is true.
+    """
+
+    wrap_foreign: ClassVar[bool] = False
+
+    @classmethod
+    def _make(cls, data: Any) -> TensorWrapper:
+        """An instance sharing data's storage (and autograd graph); data may also be
+        anything torch.as_tensor takes."""
+        tensor = data if isinstance(data, Tensor) else torch.as_tensor(data)
+        try:
+            with torch._C.DisableTorchFunctionSubclass():
+                return tensor.as_subclass(cls)
+        except RuntimeError as err:  # layouts a subclass cannot share (sparse CSR, ...)
+            raise TypeError(
+                f"{cls.__name__}: cannot wrap a tensor of layout {tensor.layout}: {err}"
+            ) from err
+
+    @classmethod
+    def context(cls, func: Callable, args: tuple, kwargs: dict) -> Any:
+        """What :meth:`wrap` needs from the call's arguments (default: nothing)."""
+        return None
+
+    @classmethod
+    def wrap(cls, tensor: Tensor, context: Any) -> Tensor:
+        """Turn one plain result tensor into ``cls``."""
+        return tensor.as_subclass(cls)
+
+    # -- saving and loading -------------------------------------------------------------
+    # An instance's state is its attributes (__dict__): pickle, copy and torch.save write
+    # them, and loading (also torch.load(weights_only=True)) restores exactly those. An
+    # attribute may be any name a user can set that the class does not define (a crafted
+    # file could otherwise set __class__, or shadow a method); saving refuses the others
+    # up front, so that whatever saves also loads.
+
+    @classmethod
+    def _check_state(cls, state: Any, error: type[Exception]) -> dict:
+        """state as a dict of attributes an instance may hold, or raise `error`."""
+        if not isinstance(state, dict):
+            raise error(
+                f"{cls.__name__}: invalid saved state; expected a dict of "
+                f"attributes, got {type(state).__name__}"
+            )
+        for name in state:
+            if not (isinstance(name, str) and name.isidentifier()) or hasattr(cls, name):
+                raise error(
+                    f"{cls.__name__}: invalid saved state; {name!r} is not an "
+                    "attribute an instance may hold (a name the class does not "
+                    "define)"
+                )
+        return state
+
+    def __getstate__(self) -> dict:
+        return dict(self._check_state(self.__dict__, pickle.PicklingError))
+
+    def __setstate__(self, state: Any) -> None:
+        if state is None:  # the rebuild step of __reduce_ex__; the state follows
+            return
+        self.__dict__.update(self._check_state(state, pickle.UnpicklingError))
+
+    def __reduce_ex__(self, proto: int) -> tuple:
+        # As torch.Tensor.__reduce_ex__, but with the state as pickle's separate "state"
+        # item, applied once the tensor exists: an attribute that refers back to the
+        # tensor (metadata holding it, say) then loads as that very tensor.
+        state = self.__getstate__()
+        with torch._C.DisableTorchFunctionSubclass():
+            func, args = Tensor._reduce_ex_internal(self, proto)
+        return (torch._tensor._rebuild_from_type_v2, (func, type(self), args, None), state)
+
+    def __deepcopy__(self, memo: dict) -> TensorWrapper:
+        # torch.Tensor.__deepcopy__ of a plain alias copies the storage through memo (so
+        # views deep-copied in the same call share the new storage, as plain tensors' do);
+        # the type, autograd state and attributes are set here.
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch._C.DisableTorchFunctionSubclass():
+            if not self.is_leaf:
+                raise RuntimeError(
+                    "Only Tensors created explicitly by the user (graph "
+                    "leaves) support the deepcopy protocol at the moment"
+                )
+            plain = self.detach()
+            memo.setdefault(id(memo), []).append(plain)  # memo holds its id: keep it alive
+            new = Tensor.__deepcopy__(plain, memo).as_subclass(type(self))
+            new.requires_grad_(self.requires_grad)
+            grad = self.grad
+        memo[id(self)] = new
+        new.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        if grad is not None:
+            grad = copy.deepcopy(grad, memo)
+            with torch._C.DisableTorchFunctionSubclass():
+                new.grad = grad
+        return new
+
+    # -- override coverage -------------------------------------------------------------
+
+    @classmethod
+    def coverage_instance(cls, tensor: Tensor) -> TensorWrapper:
+        """The instance standing for a sample's tensor (default: the tensor as the type)."""
+        return cls._make(tensor)
+
+    @classmethod
+    def coverage_substitute(cls, input: Any, args: tuple, kwargs: dict) -> tuple | None:
+        """Every tensor of the sample as :meth:`coverage_instance`; None for samples with no
+        tensor (factories), or with one of a layout the type cannot hold."""
+        wrapped: list = []
+
+        def make(t: Tensor) -> Tensor:
+            wrapped.append(t)
+            return cls.coverage_instance(t)
+
+        try:
+            substituted = tree_map_only(Tensor, make, (input, args, kwargs), is_leaf=_is_size)
+        except TypeError:  # a layout the type cannot wrap (sparse CSR)
+            return None
+        return substituted if wrapped else None
+
+    @classmethod
+    def coverage_result_problem(cls, result: Any) -> str:
+        """Every tensor a call returns is of the type."""
+        for t in tree_leaves(result, is_leaf=_is_size):
+            if isinstance(t, Tensor) and not isinstance(t, cls):
+                return f"a result is {type(t).__name__}, not {cls.__name__}"
+        return ""
+
+    @classmethod
+    def call_plain(
+        cls, func: Callable, types: tuple, args: tuple, kwargs: dict
+    ) -> tuple[Any, dict[int, Tensor]]:
+        """Run ``func`` with this type's instances taken as plain tensors.
+
+        Returns the result and, when another overriding type took part (and so got this
+        type's instances as plain aliases), a map from those aliases back to them.
+        """
+        if not any(_is_foreign(cls, t) for t in types):
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs), {}
+        originals: dict[int, Tensor] = {}
+        args, kwargs = _unwrap(cls, args, originals), _unwrap(cls, kwargs, originals)
+        return func(*args, **kwargs), originals
+
+    @classmethod
+    def fallback(cls, func, types, args, kwargs):
+        context = cls.context(func, args, kwargs)
+        result, originals = cls.call_plain(func, types, args, kwargs)
+        if func in NO_WRAP:
+            return result
+        return wrap_outputs(cls, result, context, originals)
+
+
+#: Results left as they are: torch's own list (property getters such as .grad) and the
+#: pickling protocol, whose result describes the tensor rather than being one.
+NO_WRAP = torch.overrides.get_default_nowrap_functions() | {Tensor.__reduce_ex__}
+
+
+def _unwrap(cls: type, obj: Any, originals: dict[int, Tensor]) -> Any:
+    """obj (any nesting) with cls's instances as plain aliases, noted in originals."""
+
+    def plain(t: Tensor) -> Tensor:
+        with torch._C.DisableTorchFunctionSubclass():
+            alias = t.as_subclass(Tensor)
+        originals[id(alias)] = t
+        return alias
+
+    return tree_map_only(cls, plain, obj, is_leaf=_is_size)
+
+
+def wrap_outputs(cls: type, out: Any, context: Any, originals: dict[int, Tensor]) -> Any:
+    """Every tensor in out (any nesting) as an instance of cls, made by cls.wrap with
+    context; plain aliases of arguments (in-place results) as those arguments."""
+
+    def wrap(t: Tensor) -> Tensor:
+        if id(t) in originals:  # an in-place call returned our argument's plain alias
+            return originals[id(t)]
+        if isinstance(t, cls) or (type(t) is not Tensor and not cls.wrap_foreign):
+            return t
+        try:
+            with torch._C.DisableTorchFunctionSubclass():
+                return cls.wrap(t, context)
+        except (RuntimeError, NotImplementedError) as err:  # sparse results and the like
+            raise TypeError(
+                f"{cls.__name__} cannot hold a result of layout {t.layout}: {err}"
+            ) from err
+
+    return tree_map_only(Tensor, wrap, out, is_leaf=_is_size)
+
+
+def _is_size(x: Any) -> bool:
+    # torch.Size is a node of torch's pytree that comes back a plain tuple: keep it whole.
+    return type(x) is torch.Size

@@ -1,0 +1,45 @@
+"""Formatting and linting as code: ruff (lint and format) over the Python, clang-format
+over csrc/, with the configurations in pyproject.toml and .clang-format."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tool(name: str) -> str:
+    # next to this interpreter first (the venv scripts/run.sh installs them into)
+    local = Path(sys.executable).with_name(name)
+    path = str(local) if local.exists() else shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} is not installed (bash scripts/run.sh test installs it)")
+    return path
+
+
+def _run(*command: str) -> None:
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, f"{' '.join(command)}:\n{done.stdout}\n{done.stderr}"
+
+
+def test_ruff_lint():
+    _run(_tool("ruff"), "check", "--output-format", "concise", ".")
+
+
+def test_ruff_format():
+    _run(_tool("ruff"), "format", "--check", ".")
+
+
+def test_clang_format():
+    sources = sorted(
+        str(p.relative_to(ROOT))
+        for pattern in ("*.h", "*.cpp", "*.cu", "*.cuh")
+        for p in (ROOT / "csrc").rglob(pattern)
+    )
+    assert sources
+    _run(_tool("clang-format"), "--dry-run", "-Werror", *sources)
