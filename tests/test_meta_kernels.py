@@ -210,6 +210,8 @@ def test_one_argument_on_meta_is_refused(name):
     op = getattr(T, name).default
     (args, *_) = CASES[name]("contiguous")
     args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+    if sum(isinstance(a, torch.Tensor) for a in args) < 2:
+        pytest.skip(f"{name} takes one tensor: there is no mix of devices to refuse")
     for index, a in enumerate(args):
         if not isinstance(a, torch.Tensor):
             continue
