@@ -3,7 +3,7 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
-#include "python/metadata_dispatch.h"
+#include "python/wrapper_dispatch.h"
 
 // Operators are defined with TORCH_LIBRARY_FRAGMENT next to their kernels.
 TORCH_LIBRARY(tensortools, m) {}
@@ -15,5 +15,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #else
   m.attr("with_cuda") = false;
 #endif
-  tensortools::python::add_metadata_dispatch(m);
+  tensortools::python::add_wrapper_dispatch(m);
 }

@@ -1,53 +1,68 @@
 """The settings of tensortools' types: a process-wide value per class, and overrides that
-hold in one context only.
+hold in one thread only.
 
 A setting's process-wide value is what ``set_*`` methods change: every thread sees it. The
 context managers (``using_policy``, ``tracking``, ``merge_policy``) override it in the
-current context only: the calling thread (each thread starts with no overrides), or the
-asyncio task. On exit they restore exactly what that context saw before, whatever other
-threads did meanwhile, so overlapping blocks in two threads never leak into each other.
+calling thread only (each thread starts with no overrides). On exit they restore exactly
+what that thread saw before, whatever other threads did meanwhile, so overlapping blocks
+in two threads never leak into each other.
 
-All overrides live in one context variable, :data:`OVERRIDES`, mapping ``(setting name,
+All overrides live in one per-thread store, :data:`OVERRIDES`, mapping ``(setting name,
 class)`` to the stack of blocks overriding it; ``None`` when there are none, which is the
 common case and the one the fast paths test for. A block leaving removes its own entry
 only, wherever it stands in the stack: blocks that end out of order (a generator closed
 after its caller's block has ended) leave no override behind. A generator suspended inside
-a block runs in its caller's context, so its override holds there until it is resumed to
+a block runs in its caller's thread, so its override holds there until it is resumed to
 the end or closed, as with ``decimal.localcontext``.
+
+The store is a ``threading.local``, which ``torch.compile`` reads and guards on: a
+compiled function sees the overrides of the thread that calls it, and is compiled again
+when they differ from those it was compiled under. (Asyncio tasks of one thread share
+its overrides.)
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
+import threading
 from collections.abc import Iterator
 from typing import Any
 
-#: The context's overrides: {(setting name, class): ((marker, value), ...)}, innermost
-#: last, or None when there are none.
-OVERRIDES: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
-    "tensortools_setting_overrides", default=None
-)
+
+class ThreadStore(threading.local):
+    """One value per thread (None in a new thread), read and written with get and set."""
+
+    def __init__(self) -> None:
+        self.value: Any = None
+
+    def get(self) -> Any:
+        return self.value
+
+    def set(self, value: Any) -> None:
+        self.value = value
 
 
-def push(var: contextvars.ContextVar, key: Any, value: Any) -> object:
-    """Add value on top of key's stack in var (a dict of stacks, or None) for the current
-    context; returns the marker that :func:`pop` takes it back with."""
+#: The calling thread's overrides: {(setting name, class): ((marker, value), ...)},
+#: innermost last, or None when there are none.
+OVERRIDES = ThreadStore()
+
+
+def push(var: ThreadStore, key: Any, value: Any) -> object:
+    """Add value on top of key's stack in var (a dict of stacks, or None) for the calling
+    thread; returns the marker that :func:`pop` takes it back with."""
     marker = object()
     current = var.get() or {}
     var.set({**current, key: (*current.get(key, ()), (marker, value))})
     return marker
 
 
-def pop(var: contextvars.ContextVar, key: Any, marker: object) -> None:
+def pop(var: ThreadStore, key: Any, marker: object) -> None:
     """Remove the entry `marker` from key's stack in var, wherever it stands."""
     current = var.get() or {}
     stack = current.get(key, ())
     kept = tuple(entry for entry in stack if entry[0] is not marker)
     if len(kept) == len(stack):
-        raise RuntimeError(
-            "tensortools: a settings block must end in the thread (or asyncio task) that began it"
-        )
+        raise RuntimeError("tensortools: a settings block must end in the thread that began it")
     changed = {k: v for k, v in current.items() if k != key}
     if kept:
         changed[key] = kept
@@ -58,8 +73,8 @@ class ClassSetting:
     """A setting of a class and its subclasses, read as a class attribute.
 
     Declared in a class body (``policy = ClassSetting("fallback")``); ``cls.policy`` reads
-    the value that holds for ``cls`` in the current context: along ``cls.__mro__``, the
-    first class with a context override or a process-wide value of its own. A subclass
+    the value that holds for ``cls`` in the calling thread: along ``cls.__mro__``, the
+    first class with a thread override or a process-wide value of its own. A subclass
     declaring a plain value (``policy = "strict"``) gets it as its process-wide value (see
     :meth:`adopt`).
     """
@@ -73,8 +88,12 @@ class ClassSetting:
         setattr(owner, self.storage, self.default)
 
     def __get__(self, obj: Any, cls: type | None = None) -> Any:
-        if cls is None:
-            cls = type(obj)
+        return self.value_for(type(obj) if cls is None else cls)
+
+    def value_for(self, cls: type) -> Any:
+        """The value that holds for ``cls`` in the calling thread (what ``cls.<name>``
+        reads; code that torch.compile traces calls this, since dynamo cannot trace a
+        descriptor read on a class)."""
         overrides = OVERRIDES.get()
         if overrides is None:
             return getattr(cls, self.storage)
@@ -91,11 +110,14 @@ class ClassSetting:
         own); returns the previous process-wide value."""
         previous = getattr(cls, self.storage)
         setattr(cls, self.storage, value)
+        changed = getattr(cls, "_on_settings_change", None)
+        if changed is not None:  # (classes that keep a record of their settings)
+            changed()
         return previous
 
     @contextlib.contextmanager
     def override(self, cls: type, value: Any) -> Iterator[None]:
-        """Within the block, and in the current context only, ``cls`` (and its subclasses
+        """Within the block, and in the calling thread only, ``cls`` (and its subclasses
         without a value of their own) see ``value``."""
         marker = push(OVERRIDES, (self.name, cls), value)
         try:

@@ -72,7 +72,7 @@ def test_bench_command_writes_json_and_plot(tmp_path, capsys):
     )
     data = json.loads(out.read_text())
     assert data["machine"] and len(data["lltm"]) == 6 and len(data["conv_bn"]) == 2
-    assert len(data["scalar"]) == 9 and len(data["dispatch"]) == 26
+    assert len(data["scalar"]) == 9 and len(data["dispatch"]) == 35 and "compiled" not in data
     assert "tensortools op" in capsys.readouterr().out
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     again = tmp_path / "again.svg"
@@ -133,12 +133,27 @@ def test_dispatch_rows_cover_every_type():
         "ScalarTensor",
         "LoggingTensor (no listener)",
         "LoggingTensor (capturing)",
+        "user TensorWrapper type",
+        "MetadataTensor (tracking off)",
+        "ScalarTensor N=2, as d + d",
     } == variants
-    # torch.add and torch.sin for each type but the capturing logger (add only), per size
-    assert len(rows) == 2 * (6 * 2 + 1)
+    # torch.add and torch.sin for each type but the capturing logger (add only), per size,
+    # and d + d once
+    assert len(rows) == 2 * (8 * 2 + 1) + 1
     assert all(r.median_us > 0 for r in rows)
     table = bench.format_dispatch_table(rows)
-    assert "8x8" in table and "1 element" in table
+    assert "8x8" in table and "1 element" in table and "as d + d" in table
+
+
+def test_compiled_chain_rows_compile_one_graph_per_type():
+    rows = bench.compiled_chain_rows(16, backend="eager", min_run_time=0.01, rounds=1)
+    assert {(r.variant, r.phase, r.kernels) for r in rows} == {
+        ("plain Tensor", "compiled chain", 1),
+        ("MetadataTensor", "compiled chain", 1),
+        ("plain Tensor", "eager chain", None),
+        ("MetadataTensor", "eager chain", None),
+    }
+    assert "(1 graph)" in bench.format_dispatch_table(rows)
 
 
 def test_conv_bn_rows_measure_both_networks():

@@ -147,3 +147,73 @@ def test_several_types_follow_torch_rules():
     with pytest.raises(TypeError, match="torch.add"):
         torch.add(A(torch.ones(1)), SubA(torch.ones(1)))
     assert order == ["SubA", "A"]
+
+
+def test_the_compiled_path_record_follows_tables_and_settings():
+    """Each wrapper class publishes what the compiled __torch_function__ needs (kind,
+    handlers, gates); registering a handler or changing a setting recomputes it, for the
+    class and its subclasses."""
+    from tensortools import LoggingTensor, MetadataTensor
+    from tensortools.dispatch import TensorWrapper
+
+    class Plain(TensorWrapper):
+        pass
+
+    class Child(Plain):
+        pass
+
+    assert Plain._fast[0] == 1 and Child._fast[0] == 1
+    Plain.implements(torch.sin)(lambda x: "handled")
+    assert torch.sin in Child._fast[1] and torch.sin(Child(torch.ones(1))) == "handled"
+    Plain.set_policy("strict")
+    try:
+        assert Child._fast[0] == 0  # strict: the Python path answers (and refuses)
+    finally:
+        Plain.set_policy("fallback")
+    assert Child._fast[0] == 1
+
+    class OwnWrap(TensorWrapper):
+        @classmethod
+        def wrap(cls, tensor, context):
+            return tensor.as_subclass(cls)
+
+    assert OwnWrap._fast[0] == 0  # a hook the compiled path does not know
+
+    assert MetadataTensor._fast[0] == 2
+    previous = MetadataTensor.set_tracking(False)
+    try:
+        assert MetadataTensor._fast[0] == 3
+    finally:
+        MetadataTensor.set_tracking(previous)
+    previous = MetadataTensor.set_merge_policy("union")
+    try:
+        assert MetadataTensor._fast[0] == 0
+    finally:
+        MetadataTensor.set_merge_policy(previous)
+    assert MetadataTensor._fast[0] == 2
+    assert LoggingTensor._fast[0] == 1 and LoggingTensor._fast[2] is not None
+
+
+@pytest.mark.parametrize(
+    "record",
+    [None, "x", (), (1, {}, None), (7, {}, None, None), (1, [], None, None), (-1, {}, None, None)],
+)
+def test_a_broken_record_sends_calls_to_the_python_path(record):
+    """Whatever a class's record holds, the compiled path never guesses: it takes the
+    Python path, which gives the usual results."""
+    from tensortools.dispatch import TensorWrapper
+
+    class Tagged(TensorWrapper):
+        @classmethod
+        def _python_torch_function(cls, func, types, args=(), kwargs=None):
+            out = super()._python_torch_function(func, types, args, kwargs)
+            return ("python", out)
+
+    t = Tagged._make(torch.ones(2))
+    Tagged._fast = record
+    tag, out = torch.add(t, t)
+    assert (
+        tag == "python"
+        and type(out) is Tagged
+        and torch.equal(out.as_subclass(torch.Tensor), torch.full((2,), 2.0))
+    )

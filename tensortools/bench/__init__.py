@@ -8,7 +8,7 @@ never assertions.
 """
 
 from tensortools.bench.conv_bn import ConvBNRow, conv_bn_rows, format_conv_bn_table
-from tensortools.bench.dispatch import dispatch_rows, format_dispatch_table
+from tensortools.bench.dispatch import compiled_chain_rows, dispatch_rows, format_dispatch_table
 from tensortools.bench.lltm import LLTM_SIZES, PHASES, format_table, lltm_rows
 from tensortools.bench.timing import Row, kernel_count, machine_summary, quiet_profiler
 
@@ -21,6 +21,7 @@ __all__ = [
     "kernel_count",
     "lltm_rows",
     "format_table",
+    "compiled_chain_rows",
     "dispatch_rows",
     "format_dispatch_table",
     "ConvBNRow",

@@ -13,6 +13,7 @@ import torch
 
 from tensortools.bench import (
     LLTM_SIZES,
+    compiled_chain_rows,
     conv_bn_rows,
     dispatch_rows,
     format_conv_bn_table,
@@ -52,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
-        "--no-compile", action="store_true", help="leave out torch.compile of the reference"
+        "--no-compile",
+        action="store_true",
+        help="leave out torch.compile (of the LLTM reference, and of a MetadataTensor function)",
     )
     parser.add_argument(
         "--min-run-time",
@@ -151,6 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         print("\nPer-call cost of the tensor types (float32, CPU)")
         results["dispatch"] = dispatch_rows(min_run_time=args.min_run_time, rounds=args.rounds)
         print(format_dispatch_table(results["dispatch"]))
+        if not args.no_compile:
+            print("\nA compiled function of ten pointwise operations (float32, CPU)")
+            results["compiled"] = compiled_chain_rows(
+                min_run_time=args.min_run_time, rounds=args.rounds
+            )
+            print(format_dispatch_table(results["compiled"]))
     as_data = {
         key: value if isinstance(value, str) else [dataclasses.asdict(r) for r in value]
         for key, value in results.items()

@@ -9,7 +9,7 @@ import torch
 
 from tensortools.bench.timing import Row, interleaved, time_call
 
-__all__ = ["dispatch_rows", "format_dispatch_table"]
+__all__ = ["compiled_chain_rows", "dispatch_rows", "format_dispatch_table"]
 
 
 class _PassThrough(torch.Tensor):
@@ -25,6 +25,21 @@ class _ProtocolOnly(torch.Tensor):
         return args[0]
 
 
+def _user_type() -> type:
+    """A type as a user writes it: a TensorWrapper with a handler (for a call not timed)."""
+    from tensortools.dispatch import TensorWrapper
+
+    class UserType(TensorWrapper):
+        pass
+
+    @UserType.implements(torch.abs)
+    def _abs(input):
+        with torch._C.DisableTorchFunctionSubclass():
+            return UserType._make(torch.abs(input))
+
+    return UserType
+
+
 def dispatch_rows(
     sizes: Iterable[int] = (1, 1000), *, min_run_time: float = 0.3, rounds: int = 3
 ) -> list[Row]:
@@ -32,13 +47,18 @@ def dispatch_rows(
     tensor: 1-element tensors (size 1) and size×size ones.
 
     "protocol only" is a subclass whose __torch_function__ returns at once without
-    running the call: the floor for any type built on the protocol. ScalarTensor is
+    running the call: the floor for any type built on the protocol. MetadataTensor,
+    LoggingTensor and the user type (a TensorWrapper with a handler for abs) have a
+    handler for neither call: both take the common path, compiled in C. MetadataTensor
+    with tracking off runs the plain call alone: the cost of reaching a plain call from
+    __torch_function__ with instances of a type as arguments. ScalarTensor is
     ScalarTensor(size, 2.0): its add is structured (the matrix is never formed), its sin
-    runs on the dense matrix. MetadataTensor and LoggingTensor have a handler for
-    neither: both calls take their generic path.
+    runs on the dense matrix; for size 1, ``d + d`` on ScalarTensor(2, 2.0) is timed too
+    (as a torch.add row).
     """
     from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs
 
+    user_type = _user_type()
     rows = []
     for n in sizes:
         shape = (1,) if n == 1 else (n, n)
@@ -49,6 +69,7 @@ def dispatch_rows(
             "pass-through subclass": x.as_subclass(_PassThrough),
             "MetadataTensor": MetadataTensor(x, {"k": 1}),
             "LoggingTensor (no listener)": LoggingTensor(x),
+            "user TensorWrapper type": user_type._make(x),
             "ScalarTensor": ScalarTensor(n, 2.0),  # add is structured, sin runs dense
         }
         measures = {}
@@ -57,6 +78,25 @@ def dispatch_rows(
                 lambda: torch.add(t, t), min_run_time
             )
             measures[name, "torch.sin"] = lambda t=t: time_call(lambda: torch.sin(t), min_run_time)
+
+        def untracked(op, t=cases["MetadataTensor"]):
+            # (set_tracking, process-wide: a tracking(False) block, which holds in one
+            # thread, sends that thread's calls through the Python path)
+            previous = MetadataTensor.set_tracking(False)
+            try:
+                return time_call(lambda: op(t), min_run_time)
+            finally:
+                MetadataTensor.set_tracking(previous)
+
+        measures["MetadataTensor (tracking off)", "torch.add"] = lambda: untracked(
+            lambda t: torch.add(t, t)
+        )
+        measures["MetadataTensor (tracking off)", "torch.sin"] = lambda: untracked(torch.sin)
+        if n == 1:
+            small = ScalarTensor(2, 2.0)
+            measures["ScalarTensor N=2, as d + d", "torch.add"] = lambda: time_call(
+                lambda: small + small, min_run_time
+            )
 
         def logged_add(t=cases["LoggingTensor (no listener)"]):
             with capture_logs() as logs:
@@ -70,15 +110,61 @@ def dispatch_rows(
     return rows
 
 
+def _chain(t):
+    # ten pointwise operations
+    t = torch.sin(t) * 1.5
+    t = t + 0.25
+    t = torch.cos(t) - 0.5
+    t = torch.exp(t) / 3.0
+    t = torch.tanh(t) + t
+    return torch.sigmoid(t)
+
+
+def compiled_chain_rows(
+    n: int = 1000, *, backend: str = "inductor", min_run_time: float = 0.3, rounds: int = 3
+) -> list[Row]:
+    """A ten-operation pointwise function on n-element float32 tensors, compiled with
+    ``torch.compile(fullgraph=True)``, on a MetadataTensor against the same compiled on a
+    plain tensor (and both eager). The `kernels` field holds the number of graphs
+    torch.compile made (one per compiled variant; None for eager)."""
+    from torch._dynamo.utils import counters
+
+    from tensortools import MetadataTensor
+
+    x = torch.randn(n)
+    inputs = {"plain Tensor": x, "MetadataTensor": MetadataTensor(x, {"k": 1})}
+    graphs, measures = {}, {}
+    for name, t in inputs.items():
+        compiled = torch.compile(_chain, fullgraph=True, backend=backend)
+        counters.clear()
+        compiled(t)  # compiles (fullgraph: a break would raise)
+        graphs[name] = counters["stats"]["unique_graphs"]
+        measures[name, "compiled chain"] = lambda f=compiled, t=t: time_call(
+            lambda: f(t), min_run_time
+        )
+        measures[name, "eager chain"] = lambda t=t: time_call(lambda: _chain(t), min_run_time)
+    rows = []
+    for (name, phase), p in interleaved(measures, rounds).items():
+        count = graphs[name] if phase == "compiled chain" else None
+        rows.append(Row((n,), "float32", "cpu", name, phase, p.median_us, p.iqr_us, p.calls, count))
+    return rows
+
+
 def format_dispatch_table(rows: list[Row]) -> str:
-    """A text table of dispatch_rows, with each median as a multiple of plain Tensor's."""
+    """A text table of dispatch_rows (or compiled_chain_rows), with each median as a
+    multiple of plain Tensor's in the same call and size."""
     base = {(r.size, r.phase): r.median_us for r in rows if r.variant == "plain Tensor"}
-    lines = [f"{'tensors':<10} {'call':<10} {'type':<28} {'median':>10} {'vs plain':>9}"]
+    lines = [f"{'tensors':<14} {'call':<15} {'type':<30} {'median':>10} {'vs plain':>9}"]
     for r in rows:
-        size = "1 element" if r.size == (1,) else f"{r.size[0]}x{r.size[0]}"
+        if r.size == (1,) or r.phase.endswith("chain"):  # (the chains' size: elements)
+            size = "1 element" if r.size == (1,) else f"{r.size[0]} elements"
+        else:
+            size = f"{r.size[0]}x{r.size[0]}"
         ratio = r.median_us / base[(r.size, r.phase)]
+        graphs = f"  ({r.kernels} graph{'s' * (r.kernels != 1)})" if r.kernels else ""
         lines.append(
-            f"{size:<10} {r.phase:<10} {r.variant:<28} {r.median_us:>8.2f}us {ratio:>8.2f}x"
+            f"{size:<14} {r.phase:<15} {r.variant:<30} {r.median_us:>8.2f}us {ratio:>8.2f}x"
+            + graphs
         )
     return "\n".join(lines)
 

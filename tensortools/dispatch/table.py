@@ -113,8 +113,21 @@ class TorchFunctionTable:
         for klass in reversed(cls.__mro__):
             merged.update(klass.__dict__.get("_own_handlers", {}))
         cls._handlers = merged  # replaced whole, so readers never see a half-built table
+        cls._on_table_change()
         for sub in cls.__subclasses__():
             sub._rebuild_handlers()
+
+    @classmethod
+    def _on_table_change(cls) -> None:
+        """Called when the class's table or a process-wide setting of it changed (classes
+        with a compiled fast path recompute its record here)."""
+
+    @classmethod
+    def _on_settings_change(cls) -> None:
+        """A process-wide setting of cls changed: it and its subclasses are told."""
+        cls._on_table_change()
+        for sub in cls.__subclasses__():
+            sub._on_settings_change()
 
     @classmethod
     def implements(cls, *funcs: Callable, aliases: bool = True) -> Callable[[Callable], Callable]:
@@ -214,8 +227,8 @@ class TorchFunctionTable:
             result = handler(*args, **kwargs)
             if result is not NotImplemented:
                 return result
-        # (cls.policy, read without the descriptor's call when no context overrides it)
-        policy = cls._global_policy if OVERRIDES.get() is None else cls.policy
+        # (cls.policy, read without the descriptor's call when no thread overrides it)
+        policy = cls._global_policy if OVERRIDES.get() is None else _POLICY.value_for(cls)
         if policy == "strict":
             return NotImplemented
         return cls.fallback(func, types, args, kwargs)

@@ -45,11 +45,13 @@ class TensorLike(TorchFunctionTable):
 
 
 def _call_method(method: Callable, self: TensorLike, *args: Any, **kwargs: Any) -> Any:
-    if has_torch_function((*args, *kwargs.values())):
-        return handle_torch_function(method, (self, *args), self, *args, **kwargs)
-    # Only this type overrides the call: dispatch directly. (torch's own refusal message
-    # cannot name a method descriptor, so it is written here.)
     cls = type(self)
+    others = [a for a in (*args, *kwargs.values()) if type(a) is not cls]
+    if others and has_torch_function(others):
+        return handle_torch_function(method, (self, *args), self, *args, **kwargs)
+    # Only this type overrides the call (torch would call cls.__torch_function__ with
+    # types (cls,) alone): dispatch directly. (torch's own refusal message cannot name a
+    # method descriptor, so it is written here.)
     result = cls.__torch_function__(method, (cls,), (self, *args), kwargs)
     if result is NotImplemented:
         name = (

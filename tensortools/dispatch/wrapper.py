@@ -13,9 +13,16 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_leaves, tree_map_only
 
+from tensortools._native import C as _C
+from tensortools._settings import OVERRIDES
 from tensortools.dispatch.table import TorchFunctionTable
 
-__all__ = ["NO_WRAP", "TensorWrapper", "wrap_outputs"]
+__all__ = ["NO_WRAP", "TensorWrapper", "keeps_hooks", "wrap_outputs"]
+
+
+def keeps_hooks(cls: type, owner: type, names: tuple[str, ...]) -> bool:
+    """Whether cls's class methods `names` are those `owner` defines (not replaced)."""
+    return all(getattr(cls, n).__func__ is owner.__dict__[n].__func__ for n in names)
 
 
 def _is_foreign(cls: type, t: type) -> bool:
@@ -35,6 +42,47 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     """
 
     wrap_foreign: ClassVar[bool] = False
+
+    # -- __torch_function__: compiled for the common call, in Python for the rest --------
+    # csrc/python/wrapper_dispatch.cpp runs a call that has no handler, under the
+    # "fallback" policy, with no setting overridden in the calling thread and no other
+    # overriding type taking part, as the Python path would: the plain call, its results
+    # wrapped. It reads one record per class, _fast = (kind, handlers, logger, captures),
+    # which _on_table_change recomputes; a class whose hooks it does not know (its own
+    # context, wrap, fallback, ...) gets kind 0, the Python path.
+    _fast: ClassVar[tuple] = (0, {}, None, None)
+
+    @classmethod
+    def _fast_kind(cls) -> int:
+        """1 (results wrapped by TensorWrapper.wrap) when the class keeps TensorWrapper's
+        hooks, else 0 (the Python path)."""
+        hooks = ("context", "wrap", "fallback", "call_plain", "_python_torch_function")
+        return 1 if keeps_hooks(cls, TensorWrapper, hooks) else 0
+
+    @classmethod
+    def _fast_gates(cls) -> tuple:
+        """(logger, captures): while the logger is enabled for INFO, or the per-thread store
+        holds a value, calls take the Python path (None: no such gate)."""
+        return None, None
+
+    @classmethod
+    def _on_table_change(cls) -> None:
+        try:
+            kind = cls._fast_kind() if cls._global_policy == "fallback" else 0
+        except NameError:  # a base class of this package, during its own creation: its
+            kind = 0  # module computes the record once the class exists
+        cls._fast = (kind, cls._handlers, *cls._fast_gates())
+
+    @classmethod
+    def _python_torch_function(cls, func, types, args=(), kwargs=None):
+        """__torch_function__ in Python: the definition of every call's behaviour."""
+        return TorchFunctionTable.__torch_function__.__func__(cls, func, types, args, kwargs)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        # A Python frame around the compiled function, so that torch.compile, which cannot
+        # trace C, reaches a call of it and traces its Python stand-in instead (below).
+        return _wrapper_torch_function(cls, func, types, args, kwargs)
 
     @classmethod
     def _make(cls, data: Any) -> TensorWrapper:
@@ -221,3 +269,20 @@ def wrap_outputs(cls: type, out: Any, context: Any, originals: dict[int, Tensor]
 def _is_size(x: Any) -> bool:
     # torch.Size is a node of torch's pytree that comes back a plain tuple: keep it whole.
     return type(x) is torch.Size
+
+
+_wrapper_torch_function = _C.wrapper_torch_function
+
+
+def _wrap_result(cls: type, result: Any, context: Any) -> Any:
+    return wrap_outputs(cls, result, context, {})
+
+
+_C.wrapper_dispatch_setup(Tensor, frozenset(NO_WRAP), _wrap_result, OVERRIDES)
+TensorWrapper._on_settings_change()
+
+
+@torch.compiler.substitute_in_graph(_C.wrapper_torch_function, skip_signature_check=True)
+def _traced_torch_function(cls, func, types, args=(), kwargs=None):
+    # What torch.compile traces in place of the compiled path: the Python path.
+    return cls._python_torch_function(func, types, args, kwargs)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 import logging
 import time
@@ -11,10 +10,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch._guards  # (TracingContext: whether torch.compile is tracing)
 from torch import Tensor
 
-from tensortools._settings import pop, push
+from tensortools._native import C as _C
+from tensortools._settings import ThreadStore, pop, push
 from tensortools.dispatch import TensorWrapper
+from tensortools.dispatch.wrapper import keeps_hooks
 
 __all__ = ["LoggingTensor", "CapturedLogs", "CallStats", "capture_logs", "LOGGER_NAME"]
 
@@ -22,12 +24,10 @@ __all__ = ["LoggingTensor", "CapturedLogs", "CallStats", "capture_logs", "LOGGER
 LOGGER_NAME = "tensortools.logging"
 _logger = logging.getLogger(LOGGER_NAME)
 
-# The capture_logs blocks open in the current context (thread or asyncio task), as a stack
-# (tensortools._settings.push/pop) of the lists their records go to, or None. Other
-# threads' calls never reach them.
-_CAPTURES: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
-    "tensortools_log_captures", default=None
-)
+# The capture_logs blocks open in the calling thread, as a stack (tensortools._settings
+# push/pop) of the lists their records go to, or None. Other threads' calls never reach
+# them.
+_CAPTURES = ThreadStore()
 
 
 class LoggingTensor(TensorWrapper):
@@ -59,19 +59,40 @@ class LoggingTensor(TensorWrapper):
         with torch._C.DisableTorchFunctionSubclass():
             return f"LoggingTensor({Tensor.__repr__(self.as_subclass(Tensor))})"
 
+    # -- dispatch: the compiled path of TensorWrapper (while nothing listens), and the
+    # Python one, which logs ---------------------------------------------------------------
+
     @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
+    def _fast_kind(cls) -> int:
+        keeps = keeps_hooks(cls, LoggingTensor, ("_python_torch_function",)) and keeps_hooks(
+            cls, TensorWrapper, ("context", "wrap", "fallback", "call_plain")
+        )
+        return 1 if keeps else 0
+
+    @classmethod
+    def _fast_gates(cls) -> tuple:
+        return _logger, _CAPTURES  # a listener, or a capture in this thread: Python
+
+    # Under torch.compile every call on a LoggingTensor runs eagerly and is logged as
+    # without it: the compiled function has no Python stand-in registered (dynamo breaks
+    # the graph at the call), and the Python path is never traced (a graph break inside it
+    # would make dynamo run parts of it twice).
+    __torch_function__ = classmethod(_C.wrapper_torch_function_eager)
+
+    @classmethod
+    @torch._dynamo.disable
+    def _python_torch_function(cls, func, types, args=(), kwargs=None):
         captures = _CAPTURES.get()
         captures = () if captures is None else [records for _, records in captures["logs"]]
         to_logger = _logger.isEnabledFor(logging.INFO)
-        if not (captures or to_logger):
-            return super().__torch_function__(func, types, args, kwargs)
+        if not (captures or to_logger) or _compiler_internal():
+            return super()._python_torch_function(func, types, args, kwargs)
         name = _qualified_name(func)
         arguments = _summary(args, kwargs)
         start = time.perf_counter()
         failed = None
         try:
-            return super().__torch_function__(func, types, args, kwargs)
+            return super()._python_torch_function(func, types, args, kwargs)
         except BaseException as exc:  # KeyboardInterrupt too: the call did not return
             failed = type(exc).__name__
             raise
@@ -83,6 +104,12 @@ class LoggingTensor(TensorWrapper):
         with capture_logs() as logs:
             result = call()
         return result, "" if logs else "the call was not logged"
+
+
+def _compiler_internal() -> bool:
+    """Whether torch.compile is tracing a function in this thread: the calls it makes then
+    (reading the properties of its inputs to stand them in) are its own, not the user's."""
+    return torch._guards.TracingContext.try_get() is not None
 
 
 def _emit(
@@ -194,7 +221,7 @@ def capture_logs() -> Iterator[CapturedLogs]:
         logs[0].function        # 'torch.add'
         logs.summary()          # {'torch.add': CallStats(calls=1, total_seconds=...)}
 
-    Only calls made in the calling thread (or asyncio task) are collected; the logger's
+    Only calls made in the calling thread are collected; the logger's
     level and handlers are left as they are (records reach its handlers only when it is
     enabled for INFO, as without a capture).
     """
@@ -206,4 +233,5 @@ def capture_logs() -> Iterator[CapturedLogs]:
         pop(_CAPTURES, "logs", marker)
 
 
+LoggingTensor._on_settings_change()  # (its record, now that the class exists)
 torch.serialization.add_safe_globals([LoggingTensor])

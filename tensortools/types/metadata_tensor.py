@@ -10,9 +10,9 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_leaves
 
-from tensortools._native import C as _C
-from tensortools._settings import OVERRIDES, ClassSetting
-from tensortools.dispatch import NO_WRAP, TensorWrapper, wrap_outputs
+from tensortools._settings import ClassSetting
+from tensortools.dispatch import TensorWrapper
+from tensortools.dispatch.wrapper import keeps_hooks
 
 __all__ = ["MetadataTensor", "MERGE_POLICIES", "collate"]
 
@@ -40,9 +40,6 @@ class MetadataTensor(TensorWrapper):
     wrap_foreign: ClassVar[bool] = True
     _merge_policy: ClassVar[MergePolicy] = ClassSetting("first")
     _tracking: ClassVar[bool] = ClassSetting(True)
-    # Whether the class keeps the hooks that the compiled path of __torch_function__
-    # stands in for (see _FAST_HOOKS); a subclass replacing one takes the Python path.
-    _fast_dispatch: ClassVar[bool] = True
 
     metadata: dict
 
@@ -118,8 +115,12 @@ class MetadataTensor(TensorWrapper):
         leaves = tree_leaves(
             (args, kwargs or {}), is_leaf=lambda x: isinstance(x, dict) and x is not kwargs
         )
-        found = [m for a in leaves if isinstance(a, cls) and (m := metadata_of(a)) is not None]
-        return _merge(cls._merge_policy, found)
+        found = []
+        for a in leaves:
+            metadata = metadata_of(a) if isinstance(a, cls) else None
+            if metadata is not None:
+                found.append(metadata)
+        return _merge(_MERGE_POLICY.value_for(cls), found)
 
     @classmethod
     def wrap(cls, tensor: Tensor, context: dict) -> MetadataTensor:
@@ -151,41 +152,35 @@ class MetadataTensor(TensorWrapper):
                     setting.set(cls, bool(value))
                 else:
                     _check_merge_policy(value)
-        cls._fast_dispatch = all(
-            getattr(cls, name).__func__ is getattr(MetadataTensor, name).__func__
-            for name in _FAST_HOOKS
-        )
+        cls._on_settings_change()  # (the class body's settings, adopted just now)
+
+    # -- dispatch: the compiled path of TensorWrapper, and the Python one ----------------
+
+    @classmethod
+    def _fast_kind(cls) -> int:
+        # 2: results take a copy of the first argument's metadata; 3: tracking off, the
+        # plain call alone. Other merge policies, and replaced hooks, take the Python path.
+        if not (keeps_hooks(cls, MetadataTensor, ("context", "wrap", "_python_torch_function"))
+                and keeps_hooks(cls, TensorWrapper, ("fallback", "call_plain"))):  # fmt: skip
+            return 0
+        if not cls._global_tracking:
+            return 3
+        return 2 if cls._global_merge_policy == "first" else 0
 
     @classmethod
     def _python_torch_function(cls, func, types, args=(), kwargs=None):
         """__torch_function__ in Python: every call the compiled path does not take."""
-        if cls._tracking:
-            return super().__torch_function__(func, types, args, kwargs)
+        if _TRACKING.value_for(cls):
+            return super()._python_torch_function(func, types, args, kwargs)
         return cls.call_plain(func, types, args, kwargs or {})[0]
-
-    # Compiled (csrc/python/metadata_dispatch.cpp): a call with no handler, under the
-    # "fallback" policy, tracking on and the "first" merge policy (none of them overridden
-    # in the calling context), among MetadataTensors and plain tensors only, that returns
-    # one strided tensor, costs a plain call plus the copy of the dict; with tracking off,
-    # a call among those types is the plain call alone. Everything else goes to
-    # _python_torch_function, with the same results (tests/test_metadata_tensor_paths.py
-    # compares the two over PyTorch's operator samples).
-    __torch_function__ = classmethod(_C.metadata_torch_function)
-
-
-# The class methods the compiled path replicates.
-_FAST_HOOKS = ("context", "wrap", "fallback", "call_plain")
-
-
-def _wrap_result(cls, result, context):
-    return wrap_outputs(cls, result, context, {})
-
-
-_C.metadata_dispatch_setup(Tensor, frozenset(NO_WRAP), _wrap_result, OVERRIDES)
 
 
 def _setting(cls: type, name: str) -> ClassSetting:
     return MetadataTensor.__dict__[name]
+
+
+_MERGE_POLICY: ClassSetting = MetadataTensor.__dict__["_merge_policy"]
+_TRACKING: ClassSetting = MetadataTensor.__dict__["_tracking"]
 
 
 def _check_merge_policy(policy: Any) -> None:
@@ -199,7 +194,7 @@ def _check_merge_policy(policy: Any) -> None:
 def metadata_of(tensor: Tensor) -> dict | None:
     """A MetadataTensor's metadata dict, or None where it has none (a tensor made a
     MetadataTensor by other means, such as as_subclass, has no dict yet)."""
-    return tensor.__dict__.get("metadata")
+    return getattr(tensor, "metadata", None)  # (not __dict__, which torch.compile refuses)
 
 
 def _merge(policy: MergePolicy, dicts: list[dict]) -> dict:
@@ -268,5 +263,6 @@ def collate(batch: list, *, collate_fn_map: dict | None = None) -> MetadataTenso
 
 
 # torch.load(weights_only=True) may rebuild MetadataTensors once tensortools is imported.
+MetadataTensor._on_settings_change()  # (its record, now that the class exists)
 torch.serialization.add_safe_globals([MetadataTensor])
 torch.utils.data._utils.collate.default_collate_fn_map[MetadataTensor] = collate

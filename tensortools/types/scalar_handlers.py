@@ -67,11 +67,12 @@ def _structured(*funcs: Callable) -> Callable[[Callable], Callable]:
 
 
 def _probe(d: ScalarTensor, dtype: torch.dtype | None = None) -> Tensor:
-    return d._pair.to(dtype or d.dtype)
+    # the pair itself (handlers only read it), or a copy in another dtype
+    return d._pair if dtype is None else d._pair.to(dtype)
 
 
 def _from_probe(d: ScalarTensor, probe: Tensor) -> Any:
-    if probe[1].item() != 0:  # also true for NaN
+    if probe.tolist()[1] != 0:  # (also true for NaN; both numbers in one read)
         return NotImplemented
     return ScalarTensor._from_pair(d.N, probe)
 
@@ -96,7 +97,7 @@ def _both(name: str, a: Any, b: Any) -> bool:
     if not (isinstance(a, ScalarTensor) and isinstance(b, ScalarTensor)):
         return False
     _same_n(name, a, b)
-    return a.device == b.device
+    return a._pair.device == b._pair.device
 
 
 def _finite_nonzero(d: ScalarTensor, need_nonzero: bool = False) -> bool:

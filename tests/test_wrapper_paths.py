@@ -1,9 +1,11 @@
-"""MetadataTensor's two paths give one answer.
+"""Every wrapper type's two paths give one answer.
 
-Most calls take the compiled path (csrc/python/metadata_dispatch.cpp); the Python path
-(``_python_torch_function``) defines the behaviour. Every sample of PyTorch's operator
-database is run through both, with tracking on and off, and the results must agree:
-the same exception type, or the same structure, types, values (bit for bit) and metadata.
+Most calls on a TensorWrapper type take the compiled path (csrc/python/wrapper_dispatch.cpp);
+the Python path (``_python_torch_function``) defines the behaviour. Every sample of
+PyTorch's operator database is run through both, for MetadataTensor (tracking on and
+off), LoggingTensor (nothing listening) and a type of a user's own (with a handler), and
+the results must agree: the same exception type, or the same structure, types, values
+(bit for bit) and metadata.
 """
 
 from __future__ import annotations
@@ -15,39 +17,59 @@ import pytest
 import torch
 from torch.utils._pytree import tree_flatten, tree_map_only
 
-from tensortools import MetadataTensor, coverage
+from tensortools import LoggingTensor, MetadataTensor, coverage
+from tensortools.coverage.samples import _UNDEFINED_VALUES
+from tensortools.dispatch import TensorWrapper
 
 pytest.importorskip("expecttest", reason="op_db needs the expecttest package")
 
 
+class Measured(TensorWrapper):
+    """A user's type: results keep the type; abs has a handler of its own."""
+
+
+@Measured.implements(torch.abs)
+def _measured_abs(input):
+    with torch._C.DisableTorchFunctionSubclass():
+        return Measured._make(torch.abs(input.as_subclass(torch.Tensor)))
+
+
 @contextlib.contextmanager
-def python_path():
-    """Every MetadataTensor call takes the Python path inside the block."""
-    MetadataTensor._fast_dispatch = False
+def python_path(cls):
+    """Every call on cls takes the Python path inside the block."""
+    record = cls._fast
+    cls._fast = (0, *record[1:])
     try:
         yield
     finally:
-        MetadataTensor._fast_dispatch = True
+        cls._fast = record
 
 
-def _fresh(obj):
-    """The sample's arguments as new MetadataTensors (in-place calls change them)."""
+def _maker(cls):
+    if cls is MetadataTensor:
+        return lambda t: MetadataTensor(t, {"k": 1})
+    return cls._make
+
+
+def _fresh(obj, cls):
+    """The sample's arguments as new instances of cls (in-place calls change them)."""
+    make = _maker(cls)
 
     def wrap(t):
         with torch._C.DisableTorchFunctionSubclass():
             t = t.detach().clone().requires_grad_(t.requires_grad) if t.is_leaf else t
         try:
-            return MetadataTensor(t, {"k": 1})
+            return make(t)
         except TypeError:  # layouts a subclass cannot hold
             return t
 
     return tree_map_only(torch.Tensor, wrap, obj)
 
 
-def _run(op, inp, args, kwargs):
-    torch.manual_seed(0)
+def _run(cls, op, inp, args, kwargs):
+    torch.default_generator.manual_seed(0)
     try:
-        return op(*_fresh((inp, *args)), **_fresh(kwargs)), None
+        return op(*_fresh((inp, *args), cls), **_fresh(kwargs, cls)), None
     except Exception as err:  # noqa: BLE001 - compared between the paths
         return None, type(err)
 
@@ -95,19 +117,19 @@ def _differ(a, b) -> str:
     return ""
 
 
-_UNDEFINED_VALUES = {
-    "empty",
-    "empty_like",
-    "empty_strided",
-    "empty_permuted",
-    "new_empty",
-    "new_empty_strided",
+CASES = {
+    "MetadataTensor tracking": (MetadataTensor, True),
+    "MetadataTensor not tracking": (MetadataTensor, False),
+    "LoggingTensor": (LoggingTensor, True),
+    "user type": (Measured, True),
 }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tracking", [True, False], ids=["tracking", "not tracking"])
-def test_compiled_and_python_paths_agree_on_every_op_db_sample(tracking):
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_compiled_and_python_paths_agree_on_every_op_db_sample(case):
+    cls, tracking = CASES[case]
+    assert cls._fast[0] != 0, "the compiled path is not taken at all"
     cases = list(coverage.sample_cases(max_samples=2))
     assert len(cases) > 1000
     failures = []
@@ -116,9 +138,9 @@ def test_compiled_and_python_paths_agree_on_every_op_db_sample(tracking):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for name, op, inp, args, kwargs in cases:
-                fast, fast_error = _run(op, inp, args, kwargs)
-                with python_path():
-                    slow, slow_error = _run(op, inp, args, kwargs)
+                fast, fast_error = _run(cls, op, inp, args, kwargs)
+                with python_path(cls):
+                    slow, slow_error = _run(cls, op, inp, args, kwargs)
                 if fast_error or slow_error:
                     if fast_error is not slow_error:
                         failures.append(f"{name}: raised {fast_error} vs {slow_error}")
@@ -134,7 +156,7 @@ def test_compiled_and_python_paths_agree_on_every_op_db_sample(tracking):
 
 
 def test_sparse_results_are_refused_on_both_paths():
-    for path in (contextlib.nullcontext, python_path):
-        with path():
+    for path in (contextlib.nullcontext(), python_path(MetadataTensor)):
+        with path:
             with pytest.raises(TypeError, match="cannot hold a result of layout"):
                 MetadataTensor(torch.eye(3), {}).to_sparse()

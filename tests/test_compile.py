@@ -1,0 +1,159 @@
+"""torch.compile over the tensor types: the wrapper types trace into one graph with the
+values and metadata of eager; LoggingTensor and ScalarTensor work with graph breaks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs
+from tensortools.bench.dispatch import _chain
+from tensortools.dispatch import TensorWrapper
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def graphs() -> int:
+    return counters["stats"]["unique_graphs"]
+
+
+def plain(t: torch.Tensor) -> torch.Tensor:
+    with torch._C.DisableTorchFunctionSubclass():
+        return t.as_subclass(torch.Tensor)
+
+
+def assert_same(out, expected):
+    """Same type, metadata and values (bit for bit) as the eager result."""
+    assert type(out) is type(expected)
+    assert getattr(out, "metadata", None) == getattr(expected, "metadata", None)
+    assert torch.equal(plain(out), plain(expected))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_metadata_tensor_chain_is_one_graph(dtype):
+    m = MetadataTensor(torch.randn(64, dtype=dtype), {"unit": "m", "step": 3})
+    out = torch.compile(_chain, fullgraph=True, backend="eager")(m)
+    assert graphs() == 1
+    assert_same(out, _chain(m))
+    assert out.metadata is not m.metadata  # each result holds its own dict
+
+
+def test_metadata_tensor_with_inductor_equals_compiled_plain():
+    x = torch.randn(1000)
+    m = MetadataTensor(x, {"k": 1})
+    out = torch.compile(_chain, fullgraph=True, backend="inductor")(m)
+    assert graphs() == 1 and type(out) is MetadataTensor and out.metadata == {"k": 1}
+    reference = torch.compile(_chain, fullgraph=True, backend="inductor")(x)
+    torch.testing.assert_close(plain(out), reference, rtol=0, atol=0)
+
+
+def test_two_inputs_merge_as_in_eager():
+    a = MetadataTensor(torch.randn(5), {"a": 1, "shared": "first"})
+    b = MetadataTensor(torch.randn(5), {"b": 2, "shared": "second"})
+
+    def f(x, y):
+        return torch.sin(x) * y + x
+
+    for policy in ("first", "union"):
+        with MetadataTensor.merge_policy(policy):
+            out = torch.compile(f, fullgraph=True, backend="eager")(a, b)
+            assert_same(out, f(a, b))
+        torch._dynamo.reset()
+
+
+def test_recompiles_only_when_metadata_changes():
+    f = torch.compile(lambda t: torch.cos(t) + 1, fullgraph=True, backend="eager")
+    x = torch.randn(8)
+    for step in range(4):
+        m = MetadataTensor(x, {"step": step, "name": f"run{step}"})
+        assert_same(f(m), torch.cos(m) + 1)
+        made = graphs()
+        assert made <= step + 1  # at most one graph per new value of the metadata
+        for _ in range(2):  # the same contents in a new dict: no new graph
+            m = MetadataTensor(x, {"step": step, "name": f"run{step}"})
+            assert_same(f(m), torch.cos(m) + 1)
+        assert graphs() == made
+    # Past torch._dynamo's cache limit, calls run eagerly, with the same results.
+    with torch._dynamo.config.patch(recompile_limit=2):
+        torch._dynamo.reset()
+        for step in range(5):
+            m = MetadataTensor(x, {"step": step})
+            assert_same(f(m), torch.cos(m) + 1)
+
+
+def test_tracking_off_compiles_the_plain_computation():
+    m = MetadataTensor(torch.randn(6), {"k": 1})
+    f = torch.compile(_chain, fullgraph=True, backend="eager")
+    with MetadataTensor.tracking(False):
+        out = f(m)
+        expected = _chain(m)
+    assert type(out) is torch.Tensor and type(expected) is torch.Tensor
+    assert torch.equal(out, expected)
+    assert_same(f(m), _chain(m))  # tracking on again: a new graph, metadata kept
+    assert graphs() == 2
+
+
+class Unit(TensorWrapper):
+    """A user's type: results keep it; mul has a handler that doubles (so it shows)."""
+
+
+@Unit.implements(torch.mul)
+def _unit_mul(input, other):
+    with torch._C.DisableTorchFunctionSubclass():
+        return Unit._make(torch.mul(input, other) * 2)
+
+
+def test_user_type_with_handler_is_one_graph():
+    def f(t):
+        return torch.sin(t) * 3 + t
+
+    u = Unit._make(torch.randn(10))
+    out = torch.compile(f, fullgraph=True, backend="eager")(u)
+    assert graphs() == 1
+    assert_same(out, f(u))
+    torch.testing.assert_close(plain(out), torch.sin(plain(u)) * 6 + plain(u))
+
+
+def test_logging_tensor_logs_each_call_as_in_eager():
+    def f(t, y):
+        a = y * 3 + 1  # plain tensors only: compiled
+        return torch.sin(t) * a + t.cos()
+
+    t, y = LoggingTensor(torch.randn(4)), torch.randn(4)
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        torch.compile(f, fullgraph=True, backend="eager")(t, y)
+    torch._dynamo.reset()  # (a later fullgraph compile would reuse the graphs made below)
+    with capture_logs() as eager_logs:
+        expected = f(t, y)
+    compiled = torch.compile(f, backend="eager")
+    for _ in range(2):
+        with capture_logs() as logs:
+            out = compiled(t, y)
+        assert [r.function for r in logs] == [r.function for r in eager_logs]
+        assert_same(out, expected)
+    assert graphs() >= 1  # the plain part
+    assert_same(compiled(t, y), expected)  # nothing listening
+
+
+def test_scalar_tensor_works_with_graph_breaks():
+    d, e = ScalarTensor(3, 2.0), ScalarTensor(3, -0.5)
+    x = torch.randn(3, 3)
+
+    def f(d, e, x):
+        s = (d + e) * 4
+        return s, s @ x, x + d
+
+    with pytest.raises(torch._dynamo.exc.Unsupported):  # reading the value breaks graphs
+        torch.compile(f, fullgraph=True, backend="eager")(d, e, x)
+    torch._dynamo.reset()
+    out = torch.compile(f, backend="eager")(d, e, x)
+    expected = f(d, e, x)
+    assert type(out[0]) is ScalarTensor and out[0].value == expected[0].value
+    assert torch.equal(out[1], expected[1]) and torch.equal(out[2], expected[2])
