@@ -108,11 +108,14 @@ class ClassSetting:
     def set(self, cls: type, value: Any) -> Any:
         """Set the process-wide value for ``cls`` (and its subclasses without one of their
         own); returns the previous process-wide value."""
-        previous = getattr(cls, self.storage)
-        setattr(cls, self.storage, value)
-        changed = getattr(cls, "_on_settings_change", None)
-        if changed is not None:  # (classes that keep a record of their settings)
-            changed()
+        # (under the class's registry lock where it has one: the record of its settings
+        # that _on_settings_change recomputes then follows the last change to land)
+        with getattr(cls, "_registry_lock", None) or contextlib.nullcontext():
+            previous = getattr(cls, self.storage)
+            setattr(cls, self.storage, value)
+            changed = getattr(cls, "_on_settings_change", None)
+            if changed is not None:  # (classes that keep a record of their settings)
+                changed()
         return previous
 
     @contextlib.contextmanager

@@ -88,6 +88,7 @@ CALLS = {
         ScalarTensor(2**31, 2.0) @ torch.ones(1, 1).expand(2**31, 2**31)
     ),
     "MetadataTensor self-referencing metadata": lambda: repr(_cyclic()),
+    "MetadataTensor in a list subclass whose iteration makes new ones": lambda: _iterating(),
     "MetadataTensor metadata not a dict": lambda: MetadataTensor(f(2), metadata=[1, 2]),
     "conv_bn raw backward grad on meta": lambda: T.conv_bn2d_backward(
         f(2, 1, 3, 3, device="meta"),
@@ -118,6 +119,20 @@ CALLS |= SPARSE
 
 
 KINDS = (TypeError, ValueError, NotImplementedError, RuntimeError)
+
+
+def _iterating():
+    # A list subclass whose iteration hands out MetadataTensors nothing else holds: their
+    # metadata dicts live only as long as the iteration's temporaries.
+    class Shifty(list):
+        def __iter__(self):
+            return iter([MetadataTensor(f(2), {"key": "x" * 50}), torch.zeros(2)])
+
+    kept = []
+    for _ in range(500):
+        kept.append(torch.cat(Shifty([f(2), MetadataTensor(torch.zeros(2))])).metadata)
+        _ = [{"a": j} for j in range(5)]  # reuse freed memory
+    assert all(isinstance(m, dict) for m in kept), kept[:3]
 
 
 def _cyclic():

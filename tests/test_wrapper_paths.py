@@ -10,6 +10,7 @@ the results must agree: the same exception type, or the same structure, types, v
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import warnings
 
@@ -17,7 +18,7 @@ import pytest
 import torch
 from torch.utils._pytree import tree_flatten, tree_map_only
 
-from tensortools import LoggingTensor, MetadataTensor, coverage
+from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs, coverage
 from tensortools.coverage.samples import _UNDEFINED_VALUES
 from tensortools.dispatch import TensorWrapper
 
@@ -160,3 +161,155 @@ def test_sparse_results_are_refused_on_both_paths():
         with path:
             with pytest.raises(TypeError, match="cannot hold a result of layout"):
                 MetadataTensor(torch.eye(3), {}).to_sparse()
+
+
+# -- cases found by review: each compares the two paths on a class of input ----------------
+
+
+def _both_paths(cls, func, *args, **kwargs):
+    fast = func(*args, **kwargs)
+    with python_path(cls):
+        slow = func(*args, **kwargs)
+    return fast, slow
+
+
+def test_list_and_tuple_subclasses_find_the_same_metadata():
+    class Items(list):
+        pass
+
+    Pair = collections.namedtuple("Pair", "a b")
+    a, b = MetadataTensor(torch.ones(2), {"k": 1}), torch.zeros(2)
+    for container in (Items([b, a]), Pair(b, a), [b, [b, (a,)]], ((((a,),),),)):
+        fast, slow = _both_paths(MetadataTensor, torch.cat, [torch.cat(_flat(container))])
+        assert fast.metadata == slow.metadata, container
+    for container in (Items([b, a]), Pair(b, a)):
+        fast, slow = _both_paths(MetadataTensor, torch.stack, container)
+        assert fast.metadata == slow.metadata and torch.equal(fast, slow)
+
+
+def _flat(container):
+    return (
+        list(tree_flatten(container)[0])
+        if not isinstance(container, list)
+        else [t for t in tree_flatten(list(container))[0]]
+    )
+
+
+def test_results_carry_the_gradients_of_the_python_path():
+    # (C-path results are new tensors; the Python path's are as_subclass aliases of the
+    # plain result: views of it, with an AliasBackward0 node. Values, types and gradients
+    # agree.)
+    for cls in (MetadataTensor, LoggingTensor, Measured):
+        leaf = torch.ones(3, requires_grad=True)
+        x = _maker(cls)(leaf)
+        fast, slow = _both_paths(cls, torch.mul, x, 2)
+        assert type(fast) is type(slow) is cls and torch.equal(fast, slow)
+        assert getattr(fast, "metadata", None) == getattr(slow, "metadata", None)
+        (fast.sum() + 10 * slow.sum()).backward()
+        assert torch.equal(leaf.grad, torch.full((3,), 22.0))
+
+
+def test_a_capture_does_not_change_values_types_or_gradients():
+    leaf = torch.ones(3, requires_grad=True)
+    x = LoggingTensor(leaf)
+    y = torch.sin(x) * 2
+    with capture_logs() as logs:
+        z = torch.sin(x) * 2
+    assert len(logs) == 2 and type(y) is type(z) is LoggingTensor and torch.equal(y, z)
+    (y.sum() + z.sum()).backward()
+    torch.testing.assert_close(leaf.grad, 4 * torch.cos(torch.ones(3)), rtol=0, atol=0)
+
+
+class Dispatching(TensorWrapper):
+    """A wrapper type with a __torch_dispatch__ of its own, below autograd."""
+
+    seen: list = []
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        cls.seen.append(str(func))
+        with torch._C._DisableTorchDispatch():
+            args = [
+                torch.Tensor._make_subclass(torch.Tensor, a) if isinstance(a, cls) else a
+                for a in args
+            ]
+        return func(*args, **(kwargs or {}))
+
+
+def test_torch_dispatch_of_a_subclass_sees_calls_on_either_paths_results():
+    assert Dispatching._fast[0] == 0  # (only as_subclass sets the keys it needs)
+    x = Dispatching._make(torch.ones(3))
+    for result in _both_paths(Dispatching, torch.add, x, 1):
+        assert torch._C._dispatch_keys(result).has(torch._C.DispatchKey.Python)
+        Dispatching.seen.clear()
+        torch.mul(result, 2)
+        assert Dispatching.seen == ["aten.mul.Tensor"]
+
+
+def test_static_hooks_and_hooks_assigned_later_take_the_python_path():
+    class Static(TensorWrapper):
+        @staticmethod
+        def wrap(tensor, context):
+            out = tensor.as_subclass(Static)
+            out.tag = "static"
+            return out
+
+    assert Static._fast[0] == 0 and torch.neg(Static._make(torch.ones(1))).tag == "static"
+
+    class Later(TensorWrapper):
+        pass
+
+    Later.wrap = classmethod(lambda cls, t, c: "custom wrap")
+    Later._on_settings_change()  # (as the record's comment says)
+    assert torch.neg(Later._make(torch.ones(1))) == "custom wrap"
+
+
+def test_torch_function_modes_see_operators_between_scalar_tensors():
+    class Seen(torch.overrides.TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.names.append(getattr(func, "__name__", str(func)))
+            if ScalarTensor in types:
+                return ScalarTensor.__torch_function__(func, types, args, kwargs)
+            return func(*args, **(kwargs or {}))
+
+    a, b = ScalarTensor(3, 2.0), ScalarTensor(3, 5.0)
+    with Seen() as mode:
+        total = a + b
+    assert mode.names[0] == "__add__" and total.value == 7.0
+
+
+def test_concurrent_setters_leave_a_record_that_matches_the_settings():
+    import sys
+    import threading
+
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for trial in range(100):
+            barrier = threading.Barrier(2)
+
+            def toggle_tracking():
+                barrier.wait()
+                for value in (False, True, False, True):
+                    MetadataTensor.set_tracking(value)
+
+            def to_union():
+                barrier.wait()
+                MetadataTensor.set_merge_policy("union")
+
+            threads = [threading.Thread(target=toggle_tracking), threading.Thread(target=to_union)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert MetadataTensor._fast[0] == 0, trial  # union: the Python path
+            MetadataTensor.set_merge_policy("first")
+            assert MetadataTensor._fast[0] == 2
+    finally:
+        sys.setswitchinterval(old_interval)
+        MetadataTensor.set_merge_policy("first")
+        MetadataTensor.set_tracking(True)

@@ -120,63 +120,63 @@ long choose_kind(PyObject* cls, PyObject* func, PyObject* types) {
   return kind;
 }
 
-// The metadata dict of the first instance of cls among `items` (and in lists and tuples
-// within them), as MetadataTensor.context finds it. Borrowed from the instance's __dict__;
-// nullptr when there is none. Sets *error on failure.
-PyObject* first_metadata(PyObject* cls, PyObject* const* items, Py_ssize_t n, bool* error,
-                         int depth = 0) {
+// Where the metadata dict of a call's results comes from.
+enum class Search { kNone, kFound, kError, kPython };
+
+// The metadata dict of the first instance of cls among `items`, and in plain lists and
+// tuples within them, as MetadataTensor.context finds it (torch.utils._pytree takes both
+// apart). *found is borrowed from the instance's __dict__. kPython: an argument this file
+// does not take apart as pytree would (a subclass of list or tuple, such as a named
+// tuple, whose iteration could run Python code; nesting deeper than 16): the Python path
+// decides.
+Search first_metadata(PyObject* cls, PyObject* const* items, Py_ssize_t n, PyObject** found,
+                      int depth = 0) {
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* item = items[i];
     if (PyObject_TypeCheck(item, reinterpret_cast<PyTypeObject*>(cls))) {
       PyObject* dict = PyObject_GenericGetDict(item, nullptr);
-      if (dict == nullptr) {
-        *error = true;
-        return nullptr;
-      }
+      if (dict == nullptr) return Search::kError;
       PyObject* metadata = PyDict_GetItemWithError(dict, s_metadata);  // borrowed
       Py_DECREF(dict);  // the instance keeps its __dict__ (and so `metadata`) alive
-      if (metadata == nullptr && PyErr_Occurred()) {
-        *error = true;
-        return nullptr;
-      }
+      if (metadata == nullptr && PyErr_Occurred()) return Search::kError;
       if (metadata != nullptr && metadata != Py_None) {
-        return metadata;
+        *found = metadata;
+        return Search::kFound;
       }
-    } else if ((PyTuple_Check(item) || PyList_Check(item)) && depth < 8) {
-      PyObject* seq = PySequence_Fast(item, "");
-      if (seq == nullptr) {
-        *error = true;
-        return nullptr;
-      }
-      PyObject* found = first_metadata(cls, PySequence_Fast_ITEMS(seq),
-                                       PySequence_Fast_GET_SIZE(seq), error, depth + 1);
-      Py_DECREF(seq);
-      if (found != nullptr || *error) {
-        return found;
-      }
+    } else if (PyTuple_CheckExact(item) || PyList_CheckExact(item)) {
+      if (depth >= 16) return Search::kPython;
+      // (an exact list or tuple: its items, read without running any Python code)
+      PyObject* const* inner =
+          PyTuple_CheckExact(item) ? &PyTuple_GET_ITEM(item, 0) : PySequence_Fast_ITEMS(item);
+      Search s = first_metadata(cls, inner, Py_SIZE(item), found, depth + 1);
+      if (s != Search::kNone) return s;
+    } else if (PyTuple_Check(item) || PyList_Check(item)) {
+      return Search::kPython;
     }
   }
-  return nullptr;
+  return Search::kNone;
 }
 
 // The metadata the call's results take (a new reference; a new empty dict when no
-// argument has any), or nullptr with an exception set.
-PyObject* call_metadata(PyObject* cls, PyObject* args, PyObject* kwargs) {
-  bool error = false;
-  PyObject* metadata = nullptr;  // borrowed
+// argument has any) in *metadata, or kPython, or kError with an exception set.
+Search call_metadata(PyObject* cls, PyObject* args, PyObject* kwargs, PyObject** metadata) {
+  PyObject* found = nullptr;  // borrowed
+  Search s = Search::kNone;
   if (args != nullptr) {
-    metadata = first_metadata(cls, PySequence_Fast_ITEMS(args), PyTuple_GET_SIZE(args), &error);
+    s = first_metadata(cls, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), &found);
   }
-  if (metadata == nullptr && !error && kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0) {
-    PyObject* values = PyDict_Values(kwargs);
-    if (values == nullptr) return nullptr;
-    metadata = first_metadata(cls, PySequence_Fast_ITEMS(values), PyList_GET_SIZE(values), &error);
-    // The dict found lives in an instance that `kwargs` holds, which outlives this call.
-    Py_DECREF(values);
+  if (s == Search::kNone && kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0) {
+    Py_ssize_t pos = 0;
+    PyObject* key;
+    PyObject* value;
+    while (s == Search::kNone && PyDict_Next(kwargs, &pos, &key, &value)) {
+      s = first_metadata(cls, &value, 1, &found);
+    }
   }
-  if (error) return nullptr;
+  if (s == Search::kError || s == Search::kPython) return s;
   // A new reference: the call may drop the argument that holds the dict.
-  return metadata != nullptr ? Py_NewRef(metadata) : PyDict_New();
+  *metadata = found != nullptr ? Py_NewRef(found) : PyDict_New();
+  return *metadata == nullptr ? Search::kError : Search::kFound;
 }
 
 // func(*args, **kwargs) with __torch_function__ of subclasses disabled (args and kwargs
@@ -202,10 +202,12 @@ PyObject* call_plain(PyObject* func, PyObject* args, PyObject* kwargs) {
 // A plain torch.Tensor `result` (a new reference, stolen) as an instance of cls.
 PyObject* as_instance(PyObject* cls, PyObject* result) {
   // A tensor this call created is referenced from nowhere else (one Python reference,
-  // ours, and one C++ reference, the Python object's) and has no attributes: it can
-  // change class in place, where torch.Tensor.as_subclass would make an alias. Anything
-  // else (a tensor someone else holds) gets an alias, so its owner's object is left as
-  // it was.
+  // ours, and one C++ reference, the Python object's) and has no attributes: it changes
+  // class in place, which costs far less than the alias torch.Tensor.as_subclass makes
+  // (the Python path's results are such aliases: the same values, type and gradients,
+  // but views of the plain result). Anything else (a tensor someone else holds) gets an
+  // alias, so its owner's object is left as it was. (Classes with a __torch_dispatch__ of
+  // their own, which needs the dispatch keys only as_subclass sets, take the Python path.)
   if (Py_REFCNT(result) == 1 && THPVariable_Unpack(result).use_count() == 1) {
     // (the dict slot, read without creating a dict where there is none yet)
     PyObject** dict = _PyObject_GetDictPtr(result);
@@ -249,8 +251,14 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
   if (kind == kPython) return python_path(argv, argc);
   if (kind == kPlain) return call_plain(func, args, kwargs);
 
-  PyObject* context = kind == kWrapMetadata ? call_metadata(cls, args, kwargs) : Py_NewRef(Py_None);
-  if (context == nullptr) return nullptr;
+  PyObject* context = Py_None;
+  if (kind == kWrapMetadata) {
+    const Search s = call_metadata(cls, args, kwargs, &context);
+    if (s == Search::kError) return nullptr;
+    if (s == Search::kPython) return python_path(argv, argc);
+  } else {
+    Py_INCREF(context);
+  }
   PyObject* result = call_plain(func, args, kwargs);
   if (result == nullptr) {
     Py_DECREF(context);

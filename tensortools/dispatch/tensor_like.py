@@ -9,7 +9,11 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.overrides import handle_torch_function, has_torch_function
+from torch.overrides import (
+    _is_torch_function_mode_enabled,
+    handle_torch_function,
+    has_torch_function,
+)
 
 from tensortools.dispatch.table import TorchFunctionTable
 
@@ -47,11 +51,11 @@ class TensorLike(TorchFunctionTable):
 def _call_method(method: Callable, self: TensorLike, *args: Any, **kwargs: Any) -> Any:
     cls = type(self)
     others = [a for a in (*args, *kwargs.values()) if type(a) is not cls]
-    if others and has_torch_function(others):
+    if (others and has_torch_function(others)) or _is_torch_function_mode_enabled():
         return handle_torch_function(method, (self, *args), self, *args, **kwargs)
-    # Only this type overrides the call (torch would call cls.__torch_function__ with
-    # types (cls,) alone): dispatch directly. (torch's own refusal message cannot name a
-    # method descriptor, so it is written here.)
+    # Only this type overrides the call and no torch function mode is active (torch would
+    # call cls.__torch_function__ with types (cls,) alone): dispatch directly. (torch's own
+    # refusal message cannot name a method descriptor, so it is written here.)
     result = cls.__torch_function__(method, (cls,), (self, *args), kwargs)
     if result is NotImplemented:
         name = (

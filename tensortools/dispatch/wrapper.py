@@ -21,8 +21,11 @@ __all__ = ["NO_WRAP", "TensorWrapper", "keeps_hooks", "wrap_outputs"]
 
 
 def keeps_hooks(cls: type, owner: type, names: tuple[str, ...]) -> bool:
-    """Whether cls's class methods `names` are those `owner` defines (not replaced)."""
-    return all(getattr(cls, n).__func__ is owner.__dict__[n].__func__ for n in names)
+    """Whether cls's class methods `names` are those `owner` defines (not replaced, also
+    not by a static method or a plain function)."""
+    return all(
+        getattr(getattr(cls, n), "__func__", None) is owner.__dict__[n].__func__ for n in names
+    )
 
 
 def _is_foreign(cls: type, t: type) -> bool:
@@ -48,8 +51,10 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     # "fallback" policy, with no setting overridden in the calling thread and no other
     # overriding type taking part, as the Python path would: the plain call, its results
     # wrapped. It reads one record per class, _fast = (kind, handlers, logger, captures),
-    # which _on_table_change recomputes; a class whose hooks it does not know (its own
-    # context, wrap, fallback, ...) gets kind 0, the Python path.
+    # which _on_table_change recomputes when the class is made, a handler is registered or
+    # a process-wide setting changes; a class whose hooks it does not know (its own
+    # context, wrap, fallback, ...) gets kind 0, the Python path. (A hook assigned to a
+    # class after it was made is seen once cls._on_settings_change() is called.)
     _fast: ClassVar[tuple] = (0, {}, None, None)
 
     @classmethod
@@ -71,6 +76,8 @@ class TensorWrapper(TorchFunctionTable, Tensor):
             kind = cls._fast_kind() if cls._global_policy == "fallback" else 0
         except NameError:  # a base class of this package, during its own creation: its
             kind = 0  # module computes the record once the class exists
+        if cls.__torch_dispatch__ is not torch._C._disabled_torch_dispatch_impl:
+            kind = 0  # (its instances need the dispatch keys that only as_subclass sets)
         cls._fast = (kind, cls._handlers, *cls._fast_gates())
 
     @classmethod
