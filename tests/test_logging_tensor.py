@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 import torch
+from lltm_cases import make_args
 from type_cases import CALLS, assert_same_values, tensors_in
 
 import tensortools
@@ -156,13 +157,7 @@ def test_repr_and_str_do_not_recurse():
 
 def test_autograd_and_lltm_is_one_call():
     torch.manual_seed(0)
-    args = [
-        torch.randn(2, 3),
-        torch.randn(12, 7),
-        torch.randn(12),
-        torch.randn(2, 4),
-        torch.randn(2, 4),
-    ]
+    args = list(make_args(2, 3, 4, dtype=torch.float32))
     logged = [LoggingTensor(a.clone()).requires_grad_() for a in args]
     with capture_logs() as logs:
         new_h, new_cell = ops.lltm(*logged)

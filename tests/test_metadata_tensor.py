@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from lltm_cases import make_args
 from type_cases import CALLS, assert_same_values, tensors_in
 
 import tensortools
@@ -276,13 +277,7 @@ def test_unsafe_metadata_is_refused_at_load(capsys):
 
 def test_lltm_with_metadata_arguments():
     torch.manual_seed(0)
-    args = [
-        torch.randn(2, 3),
-        torch.randn(12, 7),
-        torch.randn(12),
-        torch.randn(2, 4),
-        torch.randn(2, 4),
-    ]
+    args = list(make_args(2, 3, 4, dtype=torch.float32))
     wrapped = [MetadataTensor(args[0].clone(), {"step": 3})] + args[1:]
     new_h, new_cell = ops.lltm(*wrapped)
     ref_h, ref_cell = ops.lltm(*args)

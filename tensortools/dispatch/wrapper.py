@@ -20,11 +20,16 @@ from tensortools.dispatch.table import TorchFunctionTable
 __all__ = ["NO_WRAP", "TensorWrapper", "keeps_hooks", "wrap_outputs"]
 
 
-def keeps_hooks(cls: type, owner: type, names: tuple[str, ...]) -> bool:
-    """Whether cls's class methods `names` are those `owner` defines (not replaced, also
-    not by a static method or a plain function)."""
+# The class methods whose behaviour the compiled path stands in for.
+_HOOKS = ("context", "wrap", "fallback", "call_plain", "_python_torch_function")
+
+
+def keeps_hooks(cls: type, base: type) -> bool:
+    """Whether cls has base's hooks: none replaced below base (also not by a static method
+    or a plain function). The compiled path knows the hooks of the classes that define
+    _fast_kind, and only those."""
     return all(
-        getattr(getattr(cls, n), "__func__", None) is owner.__dict__[n].__func__ for n in names
+        getattr(getattr(cls, n), "__func__", None) is getattr(base, n).__func__ for n in _HOOKS
     )
 
 
@@ -61,8 +66,7 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     def _fast_kind(cls) -> int:
         """1 (results wrapped by TensorWrapper.wrap) when the class keeps TensorWrapper's
         hooks, else 0 (the Python path)."""
-        hooks = ("context", "wrap", "fallback", "call_plain", "_python_torch_function")
-        return 1 if keeps_hooks(cls, TensorWrapper, hooks) else 0
+        return 1 if keeps_hooks(cls, TensorWrapper) else 0
 
     @classmethod
     def _fast_gates(cls) -> tuple:

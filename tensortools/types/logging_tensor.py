@@ -64,10 +64,7 @@ class LoggingTensor(TensorWrapper):
 
     @classmethod
     def _fast_kind(cls) -> int:
-        keeps = keeps_hooks(cls, LoggingTensor, ("_python_torch_function",)) and keeps_hooks(
-            cls, TensorWrapper, ("context", "wrap", "fallback", "call_plain")
-        )
-        return 1 if keeps else 0
+        return 1 if keeps_hooks(cls, LoggingTensor) else 0
 
     @classmethod
     def _fast_gates(cls) -> tuple:

@@ -86,25 +86,25 @@ class MetadataTensor(TensorWrapper):
         keys; the first argument holding a key gives its value) or a callable taking the
         list of input dicts and returning the result's dict. Returns the previous one."""
         _check_merge_policy(policy)
-        return _setting(cls, "_merge_policy").set(cls, policy)
+        return _MERGE_POLICY.set(cls, policy)
 
     @classmethod
     def merge_policy(cls, policy: MergePolicy) -> contextlib.AbstractContextManager:
         """Context manager: ``policy`` inside the block, in the current thread only."""
         _check_merge_policy(policy)
-        return _setting(cls, "_merge_policy").override(cls, policy)
+        return _MERGE_POLICY.override(cls, policy)
 
     @classmethod
     def set_tracking(cls, enabled: bool) -> bool:
         """Turn metadata tracking on or off, for every thread; returns the previous
         setting. While off, calls return plain tensors at plain-tensor speed."""
-        return _setting(cls, "_tracking").set(cls, bool(enabled))
+        return _TRACKING.set(cls, bool(enabled))
 
     @classmethod
     def tracking(cls, enabled: bool) -> contextlib.AbstractContextManager:
         """Context manager: tracking on or off inside the block, in the current thread
         only."""
-        return _setting(cls, "_tracking").override(cls, bool(enabled))
+        return _TRACKING.override(cls, bool(enabled))
 
     # -- dispatch --------------------------------------------------------------------
 
@@ -144,11 +144,10 @@ class MetadataTensor(TensorWrapper):
         super().__init_subclass__(**kwargs)
         # A class body's own `_tracking = False` or `_merge_policy = "union"` becomes that
         # class's process-wide setting.
-        for name in ("_merge_policy", "_tracking"):
-            setting = _setting(cls, name)
+        for setting in (_MERGE_POLICY, _TRACKING):
             if setting.adopt(cls) is not setting:
                 value = getattr(cls, setting.storage)
-                if name == "_tracking":
+                if setting is _TRACKING:
                     setting.set(cls, bool(value))
                 else:
                     _check_merge_policy(value)
@@ -160,8 +159,7 @@ class MetadataTensor(TensorWrapper):
     def _fast_kind(cls) -> int:
         # 2: results take a copy of the first argument's metadata; 3: tracking off, the
         # plain call alone. Other merge policies, and replaced hooks, take the Python path.
-        if not (keeps_hooks(cls, MetadataTensor, ("context", "wrap", "_python_torch_function"))
-                and keeps_hooks(cls, TensorWrapper, ("fallback", "call_plain"))):  # fmt: skip
+        if not keeps_hooks(cls, MetadataTensor):
             return 0
         if not cls._global_tracking:
             return 3
@@ -175,10 +173,8 @@ class MetadataTensor(TensorWrapper):
         return cls.call_plain(func, types, args, kwargs or {})[0]
 
 
-def _setting(cls: type, name: str) -> ClassSetting:
-    return MetadataTensor.__dict__[name]
-
-
+# The class's two settings (code traced by torch.compile reads them through these: see
+# ClassSetting.value_for).
 _MERGE_POLICY: ClassSetting = MetadataTensor.__dict__["_merge_policy"]
 _TRACKING: ClassSetting = MetadataTensor.__dict__["_tracking"]
 
