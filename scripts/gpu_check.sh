@@ -38,7 +38,11 @@ step with-cuda "$PY" -c "import tensortools; assert tensortools.with_cuda, 'buil
 step tests "$PY" -m pytest -q -rs --junitxml="$OUT/tests.xml" tests
 # float32 and bfloat16; draw the JSON anywhere with matplotlib:
 #   python -m tensortools.bench.plot RESULTS_DIR/bench.json bench-gpu.png
-step bench "$PY" -m tensortools.bench --device cuda --json "$OUT/bench.json" --no-dispatch
+step bench "$PY" -m tensortools.bench --device cuda --json "$OUT/bench.json" --no-dispatch \
+  --no-sequence
+# The LLTM over whole sequences (float32; compiling the 128-step loops takes minutes).
+step bench-sequence "$PY" -m tensortools.bench --device cuda --dtype float32 --no-lltm \
+  --no-conv-bn --no-scalar --no-dispatch --size 16/32/128 --size 64/1024/128 --json "$OUT/sequence.json"
 step bandwidth "$PY" -m tensortools.bench.bandwidth
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do

@@ -60,7 +60,7 @@ log "build: $((SECONDS - start)) s"
 # The tests that reach the C++: every operator's kernels (their torch.compile tests
 # included, which pass under ASan as they are), ScalarTensor's kernels and the wrapper
 # types' C dispatch path (csrc/python/), for each wrapper type. tests/test_build.py compiles extensions itself: not here.
-tests=(tests/test_ops_lltm.py tests/test_ops_axpby.py tests/test_ops_conv_bn2d.py
+tests=(tests/test_ops_lltm.py tests/test_ops_lltm_sequence.py tests/test_ops_axpby.py tests/test_ops_conv_bn2d.py
        tests/test_ops_graph_conv.py tests/test_scalar_tensor.py tests/test_metadata_tensor.py
        tests/test_logging_tensor.py tests/test_dispatch.py tests/test_wrapper_paths.py)
 [[ -e tests/test_ops_fuzz.py ]] && tests+=(tests/test_ops_fuzz.py)

@@ -103,6 +103,25 @@ def lltm_agreement() -> None:
     ]:
         print(f"  {name:<13} max |fused - reference| = {(a - b).abs().max().item():.2e}")
 
+    steps = 32
+    layer = nn.LLTMSequence(features, state).double()
+    layer.load_state_dict(cell.state_dict())  # the same parameters as the cell
+    xs = torch.randn(steps, batch, features, dtype=torch.float64)
+    output, (h_n, c_n) = layer(xs, (h, c))
+    out_grad = torch.randn_like(output)
+    seq_grads = torch.autograd.grad((output * out_grad).sum(), list(layer.parameters()))
+    ref_out, _, _ = reference.lltm_sequence(xs, cell.weights, cell.bias, h, c)
+    ref_seq_grads = torch.autograd.grad((ref_out * out_grad).sum(), params)
+    print(
+        f"nn.LLTMSequence over {steps} steps (one operator call, against the Python loop "
+        "of reference.lltm):"
+    )
+    for name, a, b in [
+        ("output", output, ref_out),
+        ("grad weights", seq_grads[0], ref_seq_grads[0]),
+    ]:
+        print(f"  {name:<13} max |op - loop| = {(a - b).abs().max().item():.2e}")
+
 
 def lltm_on_types() -> None:
     _section(5, "The LLTM on typed tensors")
@@ -164,6 +183,18 @@ def lltm_timings(quick: bool) -> None:
     )
     print(bench.format_table(rows))
     print("speed-up = reference (eager) median / variant median")
+    print()
+    print(
+        "The LLTM over 32 steps, forward+backward (the compiled loop: python -m tensortools.bench)"
+    )
+    rows = bench.sequence_rows(
+        bench.SEQUENCE_SIZES[:1],
+        [32],
+        compile=False,
+        min_run_time=0.1 if quick else 0.2,
+        rounds=2 if quick else 3,
+    )
+    print(bench.format_sequence_table(rows))
     print()
     rows = bench.dispatch_rows(min_run_time=0.05 if quick else 0.2, rounds=1 if quick else 2)
     print(bench.format_dispatch_table(rows))

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from tensortools import ops
 
-__all__ = ["FusedConvBN2d", "GraphConv", "LLTM"]
+__all__ = ["FusedConvBN2d", "GraphConv", "LLTM", "LLTMSequence"]
 
 
 def _positive_int(module: str, name: str, value: object) -> int:
@@ -29,18 +29,15 @@ def _positive_pair(module: str, name: str, value: object, minimum: int = 1) -> t
     return values
 
 
-class LLTM(torch.nn.Module):
-    """The LLTM recurrent cell as a module, running the fused :func:`tensortools.ops.lltm`.
+class _LLTMParameters(torch.nn.Module):
+    """The LLTM's parameters, the same for the cell and the sequence layer (so that one's
+    state dict loads into the other): ``weights`` 3S×(S+F) and ``bias`` 3S, initialised
+    uniform in ±1/sqrt(state_size)."""
 
-    ``weights`` is 3S×(S+F) and ``bias`` 3S (S = ``state_size``, F = ``input_features``),
-    both initialised uniform in ±1/sqrt(state_size).
-    ``forward(input, (h, c))`` takes input B×F and h, c B×S; returns ``(new_h, new_cell)``.
-    """
-
-    def __init__(self, input_features: int, state_size: int, *, device=None, dtype=None) -> None:
+    def __init__(self, name: str, input_features: int, state_size: int, device, dtype) -> None:
         super().__init__()
-        self.input_features = _positive_int("LLTM", "input_features", input_features)
-        self.state_size = _positive_int("LLTM", "state_size", state_size)
+        self.input_features = _positive_int(name, "input_features", input_features)
+        self.state_size = _positive_int(name, "state_size", state_size)
         factory = {"device": device, "dtype": dtype}
         self.weights = torch.nn.Parameter(
             torch.empty(3 * state_size, state_size + input_features, **factory)
@@ -53,12 +50,77 @@ class LLTM(torch.nn.Module):
         for p in (self.weights, self.bias):
             torch.nn.init.uniform_(p, -bound, bound)
 
+    def extra_repr(self) -> str:
+        return f"input_features={self.input_features}, state_size={self.state_size}"
+
+
+class LLTM(_LLTMParameters):
+    """The LLTM recurrent cell as a module, running the fused :func:`tensortools.ops.lltm`.
+
+    ``weights`` is 3S×(S+F) and ``bias`` 3S (S = ``state_size``, F = ``input_features``),
+    both initialised uniform in ±1/sqrt(state_size).
+    ``forward(input, (h, c))`` takes input B×F and h, c B×S; returns ``(new_h, new_cell)``.
+    """
+
+    def __init__(self, input_features: int, state_size: int, *, device=None, dtype=None) -> None:
+        super().__init__("LLTM", input_features, state_size, device, dtype)
+
     def forward(self, input: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
         old_h, old_cell = state
         return ops.lltm(input, self.weights, self.bias, old_h, old_cell)
 
+
+class LLTMSequence(_LLTMParameters):
+    """The LLTM over whole sequences, running :func:`tensortools.ops.lltm_sequence`.
+
+    Parameters as :class:`LLTM` (``weights`` 3S×(S+F), ``bias`` 3S; a cell's state dict
+    loads into this module and back). ``forward(input, state=None)`` takes input T×B×F
+    (B×T×F with ``batch_first=True``) and ``state = (h0, c0)``, both B×S, zeros when
+    omitted; returns ``(output, (h_n, c_n))`` as ``torch.nn.LSTM`` does: output T×B×S
+    (B×T×S with ``batch_first``) holds every step's h, h_n and c_n the last step's h and
+    cell. Every sequence of a batch has the same length (no padded or packed sequences).
+    """
+
+    def __init__(
+        self,
+        input_features: int,
+        state_size: int,
+        batch_first: bool = False,
+        *,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__("LLTMSequence", input_features, state_size, device, dtype)
+        if not isinstance(batch_first, bool):
+            raise TypeError(
+                f"LLTMSequence: 'batch_first' must be a bool, got {type(batch_first).__name__}"
+            )
+        self.batch_first = batch_first
+
+    def forward(
+        self, input: Tensor, state: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        if not isinstance(input, Tensor):
+            raise TypeError(
+                f"LLTMSequence: 'input' must be a torch.Tensor, got {type(input).__name__}"
+            )
+        if input.dim() != 3:
+            layout = "batch x time x features" if self.batch_first else "time x batch x features"
+            raise ValueError(f"LLTMSequence: 'input' must be 3-D ({layout}), got {input.dim()}-D")
+        if self.batch_first:
+            input = input.transpose(0, 1)
+        if state is None:
+            zeros = input.new_zeros(input.shape[1], self.state_size)
+            state = (zeros, zeros)
+        elif not isinstance(state, (tuple, list)) or len(state) != 2:
+            raise TypeError("LLTMSequence: 'state' must be a pair (h0, c0) or None")
+        output, h_n, c_n = ops.lltm_sequence(input, self.weights, self.bias, *state)
+        if self.batch_first:
+            output = output.transpose(0, 1)
+        return output, (h_n, c_n)
+
     def extra_repr(self) -> str:
-        return f"input_features={self.input_features}, state_size={self.state_size}"
+        return super().extra_repr() + (", batch_first=True" if self.batch_first else "")
 
 
 class GraphConv(torch.nn.Module):

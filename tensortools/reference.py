@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["axpby", "fused_conv_bn2d", "graph_conv", "lltm"]
+__all__ = ["axpby", "fused_conv_bn2d", "graph_conv", "lltm", "lltm_sequence"]
 
 
 def lltm(
@@ -29,6 +29,24 @@ def lltm(
     new_cell = old_cell + candidate_cell * input_gate
     new_h = torch.tanh(new_cell) * output_gate
     return new_h, new_cell
+
+
+def lltm_sequence(
+    input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`lltm` over a sequence, one step at a time. Shapes: input T×B×F, weights
+    3S×(S+F), bias 3S, h0 and c0 B×S.
+
+    Returns ``(output, h_n, c_n)``: output T×B×S (every step's new h), h_n and c_n B×S.
+    """
+    h, c = h0, c0
+    outputs = []
+    for x in input.unbind(0):
+        h, c = lltm(x, weights, bias, h, c)
+        outputs.append(h)
+    if not outputs:
+        return input.new_empty(0, *h0.shape), h0, c0
+    return torch.stack(outputs), h, c
 
 
 def axpby(x: Tensor, y: Tensor, alpha: float, beta: float) -> Tensor:

@@ -43,3 +43,45 @@ def compare(args, grads, **tol):
         torch.testing.assert_close(a, b, **tol, msg=lambda m, n=name: f"{n}: {m}")
     for name, a, b in zip(NAMES, arg_grads, ref_grads):
         torch.testing.assert_close(a, b, **tol, msg=lambda m, n=name: f"grad {n}: {m}")
+
+
+SEQUENCE_NAMES = ("input", "weights", "bias", "h0", "c0")
+
+
+def make_sequence_args(
+    steps, batch, features, state, *, dtype=torch.float64, device="cpu", requires_grad=False
+):
+    """(input T×B×F, weights, bias, h0, c0) for the LLTM over a sequence, as leaves."""
+    cell = make_args(batch, features, state, dtype=dtype, device=device)
+    input = torch.randn(steps, batch, features, dtype=dtype, device=device)
+    return tuple(a.requires_grad_(requires_grad) for a in (input, *cell[1:]))
+
+
+def sequence_grads(steps, batch, state, *, dtype=torch.float64, device="cpu"):
+    """Random gradients for (output, h_n, c_n)."""
+    g = {"dtype": dtype, "device": device}
+    return (
+        torch.randn(steps, batch, state, **g),
+        torch.randn(batch, state, **g),
+        torch.randn(batch, state, **g),
+    )
+
+
+def run_sequence(fn, args, grads):
+    """Outputs of fn(*args) and the gradient of every arg for output gradients `grads`
+    (zeros for an argument no output depends on, as for T = 0 in the reference loop)."""
+    args = tuple(a.detach().requires_grad_() for a in args)
+    outs = fn(*args)
+    loss = sum((o * g).sum() for o, g in zip(outs, grads))
+    arg_grads = torch.autograd.grad(loss, args, allow_unused=True, materialize_grads=True)
+    return tuple(o.detach() for o in outs), arg_grads
+
+
+def compare_sequence(args, grads, **tol):
+    """Assert ops.lltm_sequence agrees with the reference loop on outputs and gradients."""
+    out, arg_grads = run_sequence(tensortools.ops.lltm_sequence, args, grads)
+    ref_out, ref_grads = run_sequence(tensortools.reference.lltm_sequence, args, grads)
+    for name, a, b in zip(("output", "h_n", "c_n"), out, ref_out):
+        torch.testing.assert_close(a, b, **tol, msg=lambda m, n=name: f"{n}: {m}")
+    for name, a, b in zip(SEQUENCE_NAMES, arg_grads, ref_grads):
+        torch.testing.assert_close(a, b, **tol, msg=lambda m, n=name: f"grad {n}: {m}")

@@ -38,6 +38,32 @@ def test_lltm_kernel_counts():
     )
 
 
+def test_sequence_rows_cover_every_variant_with_flops_and_memory():
+    rows = bench.sequence_rows([(2, 3, 4)], [5], compile=False, min_run_time=0.01, rounds=1)
+    assert [r.variant for r in rows] == [
+        "reference loop (eager)",
+        "fused cell loop (ops.lltm)",
+        "ops.lltm_sequence",
+        "reference loop (eager), input needs no grad",
+        "ops.lltm_sequence, input needs no grad",
+        "its matrix products alone",
+    ]
+    flops = 3 * 2 * 5 * 2 * 12 * 7  # forward and the two gradients, T·B × (S+F) × 3S each
+    assert bench.lltm_sequence.sequence_flops(5, (2, 3, 4)) == flops
+    no_input_grad = flops - 2 * 5 * 2 * 12 * 3  # the input's part of X's gradient
+    for r in rows:
+        assert r.steps == 5 and r.median_us > 0 and r.gemm_gflops > 0
+        needed = no_input_grad if r.variant.endswith("input needs no grad") else flops
+        assert abs(r.gflops - needed / r.median_us / 1e3) < 1e-9
+    saved = {r.variant: r.saved_bytes for r in rows}
+    assert saved["its matrix products alone"] is None
+    # the op keeps its outputs, cells and activated gates (T x B x (S + S + 3S) floats)
+    assert saved["ops.lltm_sequence"] == 5 * 2 * 5 * 4 * 4
+    assert saved["reference loop (eager)"] > saved["ops.lltm_sequence"]
+    table = bench.format_sequence_table(rows)
+    assert table.count("1.00x") == 2 and "large GEMM:" in table  # the op, with and without
+
+
 def test_kernel_count_leaves_out_views_and_nested_calls():
     x = torch.randn(4, 4)
     assert bench.kernel_count(lambda: x.t().contiguous()) == 1  # the copy only
@@ -53,6 +79,8 @@ def test_bench_command_writes_json_and_plot(tmp_path, capsys):
             [
                 "--size",
                 "2/3/4",
+                "--steps",
+                "3",
                 "--no-compile",
                 "--conv-bn-batch",
                 "2",
@@ -72,6 +100,8 @@ def test_bench_command_writes_json_and_plot(tmp_path, capsys):
     )
     data = json.loads(out.read_text())
     assert data["machine"] and len(data["lltm"]) == 6 and len(data["conv_bn"]) == 2
+    assert len(data["sequence"]) == 6  # eager and cell loops, the op, the two without
+    # the input's gradient, the op's products
     assert len(data["scalar"]) == 9 and len(data["dispatch"]) == 35 and "compiled" not in data
     assert "tensortools op" in capsys.readouterr().out
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -101,6 +131,7 @@ def test_demo_tells_the_story(capsys, monkeypatch):
     # The timings have their own tests above; here the rest of the story is checked.
     monkeypatch.setattr(bench, "lltm_rows", lambda *a, **kw: [])
     monkeypatch.setattr(bench, "dispatch_rows", lambda **kw: [])
+    monkeypatch.setattr(bench, "sequence_rows", lambda *a, **kw: [])
     assert demo.main(["--quick"]) == 0
     out = capsys.readouterr().out
     titles = [line for line in out.splitlines() if line.startswith("== ")]
@@ -113,6 +144,8 @@ def test_demo_tells_the_story(capsys, monkeypatch):
     # the LLTM against the reference, then on typed tensors
     diffs = [float(line.rsplit("=", 1)[1]) for line in out.splitlines() if "max |fused" in line]
     assert len(diffs) == 4 and max(diffs) < 1e-12
+    seq = [float(line.rsplit("=", 1)[1]) for line in out.splitlines() if "max |op - loop|" in line]
+    assert len(seq) == 2 and max(seq) < 1e-10
     assert "metadata {'sequence': 'walk-12', 'step': 0}; values equal the plain call: True" in out
     assert "records ['tensortools.ops.lltm'," in out
     assert "equals the dense input: True" in out

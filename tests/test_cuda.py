@@ -64,10 +64,82 @@ def test_lltm_batch_beyond_grid_limit():
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
+def _sequence_args(steps, batch, features, state, dtype=F64, device="cpu"):
+    cell = _lltm_args(batch, features, state, dtype, device)
+    return [torch.randn(steps, batch, features, dtype=dtype, device=device), *cell[1:]]
+
+
+@pytest.mark.parametrize("size", [(0, 3, 4, 5), (1, 3, 17, 5), (32, 16, 32, 128), (5, 2, 4, 1031)])
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_lltm_sequence_cuda_matches_cpu_forward_and_backward(size, dtype):
+    steps, batch, _, state = size
+    cpu = [a.to(dtype).requires_grad_() for a in _sequence_args(*size)]
+    gpu = [a.detach().cuda().requires_grad_() for a in cpu]
+    out_c, out_g = ops.lltm_sequence(*cpu), ops.lltm_sequence(*gpu)
+    grads = [torch.randn(o.shape, dtype=dtype) for o in out_c]
+
+    def loss(outs, grads):
+        return sum((o * g).sum() for o, g in zip(outs, grads))
+
+    d_c = torch.autograd.grad(loss(out_c, grads), cpu, materialize_grads=True)
+    d_g = torch.autograd.grad(loss(out_g, [g.cuda() for g in grads]), gpu, materialize_grads=True)
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {}
+    for a, b in zip(out_g + d_g, out_c + d_c):
+        torch.testing.assert_close(a.cpu(), b, **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_lltm_sequence_half_types_against_float64(dtype):
+    # Errors grow along the recurrence: 16 steps, compared at the scale of the results.
+    args = _sequence_args(16, 64, 32, 128)
+    want = reference.lltm_sequence(*args)
+    got = ops.lltm_sequence(*_to(args, dtype=dtype, device="cuda"))
+    for g, w in zip(got, want):
+        assert g.dtype == dtype
+        err = (g.double().cpu() - w).abs().max().item()
+        assert err <= HALF_TOLERANCE[dtype] * max(1.0, w.abs().max().item()) * 16, err
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_lltm_sequence_half_types_backward_against_float64(dtype):
+    # The backward adds each step's recurrent gradient into grad_h in the half type.
+    args = _sequence_args(16, 64, 32, 128)
+    grads = [torch.randn(16, 64, 128, dtype=F64), torch.randn(64, 128, dtype=F64)]
+
+    def run(fn, args, grads):
+        leaves = [a.detach().requires_grad_() for a in args]
+        output, h_n, _ = fn(*leaves)
+        return torch.autograd.grad((output * grads[0]).sum() + (h_n * grads[1]).sum(), leaves)
+
+    want = run(reference.lltm_sequence, args, grads)
+    got = run(
+        ops.lltm_sequence,
+        _to(args, dtype=dtype, device="cuda"),
+        _to(grads, dtype=dtype, device="cuda"),
+    )
+    for g, w in zip(got, want):
+        assert g.dtype == dtype
+        err = (g.double().cpu() - w).abs().max().item()
+        assert err <= HALF_TOLERANCE[dtype] * max(1.0, w.abs().max().item()) * 16, err
+
+
+def test_lltm_sequence_launches_at_most_two_kernels_per_step_forward():
+    from tensortools.bench import kernel_count
+
+    args = _sequence_args(1, 16, 32, 128, dtype=torch.float32, device="cuda")
+    counts = {}
+    for steps in (8, 16):
+        seq = [torch.randn(steps, 16, 32, device="cuda"), *args[1:]]
+        counts[steps] = kernel_count(lambda: ops.lltm_sequence(*seq), "cuda")
+    assert (counts[16] - counts[8]) / 8 <= 2, counts
+
+
 def test_gradcheck_every_op_on_cuda():
     d = {"dtype": F64, "device": "cuda", "requires_grad": True}
     args = [a.cuda().requires_grad_() for a in _lltm_args(3, 4, 5)]
     assert torch.autograd.gradcheck(ops.lltm, args)
+    seq = [a.cuda().requires_grad_() for a in _sequence_args(4, 3, 2, 3)]
+    assert torch.autograd.gradcheck(ops.lltm_sequence, seq)
     x, y = torch.randn(3, 1, **d), torch.randn(1, 4, **d)
     assert torch.autograd.gradcheck(lambda a, b: ops.axpby(a, b, 1.5, -2.0), (x, y))
     m, v = torch.randn(4, 4, **d), torch.tensor(1.5, **d)

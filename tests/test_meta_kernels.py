@@ -60,6 +60,30 @@ def lltm_backward(layout):
     ]
 
 
+def lltm_sequence_forward(layout):
+    T, B, F, S = 4, (0 if layout == "empty" else 3), 5, 4
+    shapes = [(T, B, F), (3 * S, S + F), (3 * S,), (B, S), (B, S)]
+    cases = [tuple(_grad(*(laid_out(torch.randn(s, dtype=D), layout) for s in shapes)))]
+    if layout == "empty":  # no steps at all
+        cases.append(
+            tuple(_grad(*(torch.randn(0, 3, F, dtype=D), *cases[0][1:3])))
+            + tuple(_grad(torch.randn(3, S, dtype=D), torch.randn(3, S, dtype=D)))
+        )
+    return cases
+
+
+def lltm_sequence_backward(layout):
+    cases = []
+    for args in lltm_sequence_forward("empty" if layout == "empty" else "contiguous"):
+        input, weights, _, h0, _ = (a.detach() for a in args)
+        output, h_n, c_n, cells, gates = T.lltm_sequence_forward(*args)
+        grads = [laid_out(torch.randn(t.shape, dtype=D), layout) for t in (output, h_n, c_n)]
+        saved = tuple(laid_out(t, layout) for t in (input, weights, h0, output.detach()))
+        for mask in ([True, True, True], [False, True, False], [True, False, True]):
+            cases.append((*grads, *saved, cells, laid_out(gates, layout), mask))
+    return cases
+
+
 def _square(layout):
     n = 0 if layout == "empty" else 4
     t = laid_out(torch.randn(2, 3, n, n, dtype=D), layout)
@@ -147,6 +171,8 @@ def conv_bn2d_update_stats(layout):
 CASES = {
     "lltm_forward": lltm_forward,
     "lltm_backward": lltm_backward,
+    "lltm_sequence_forward": lltm_sequence_forward,
+    "lltm_sequence_backward": lltm_sequence_backward,
     "add_diagonal": _square,
     "scale": _square,
     "scale_finite": _square,

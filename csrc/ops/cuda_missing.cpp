@@ -17,7 +17,8 @@ void built_without_cuda(const c10::OperatorHandle& op, torch::jit::Stack* /*stac
 // is missing); those composed of ATen calls (graph_conv, conv_bn2d_eval,
 // conv_bn2d_update_stats) run on CUDA through ATen's kernels.
 TORCH_LIBRARY_IMPL(tensortools, CUDA, m) {
-  for (const char* name : {"lltm_forward", "lltm_backward", "add_diagonal", "scale", "scale_finite",
+  for (const char* name : {"lltm_forward", "lltm_backward", "lltm_sequence_forward",
+                           "lltm_sequence_backward", "add_diagonal", "scale", "scale_finite",
                            "axpby", "conv_bn2d_forward", "conv_bn2d_backward"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&built_without_cuda>());
   }

@@ -87,19 +87,25 @@ void backward_products(BackwardBuffers& buf, const at::Tensor& X, const at::Tens
   at::mm_out(buf.d_input, buf.d_gates, weights.narrow(1, S, F));
 }
 
+void check_step_args(const char* op, const Arg& input, int64_t input_dim, const char* input_meaning,
+                     const Arg& weights, const Arg& bias, const Arg& h, const Arg& cell,
+                     c10::ArrayRef<at::ScalarType> allowed) {
+  checks::common(op, {input, weights, bias, h, cell}, allowed);
+  checks::dim(op, input, input_dim, input_meaning);
+  checks::dim(op, h, 2, "batch x state_size");
+  const c10::SymInt B = input.tensor.sym_size(-2), F = input.tensor.sym_size(-1);
+  const c10::SymInt S = h.tensor.sym_size(1);
+  checks::same_size(op, h, 0, input, input_dim - 2, "batch size");
+  checks::shape(op, cell, {B, S}, "batch x state_size");
+  checks::shape(op, weights, {3 * S, S + F}, "3*state_size x (state_size + features)");
+  checks::shape(op, bias, {3 * S}, "3*state_size");
+}
+
 void check_forward_args(const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
                         const at::Tensor& old_h, const at::Tensor& old_cell,
                         c10::ArrayRef<at::ScalarType> allowed) {
-  const Arg a_input{input, "input"}, a_weights{weights, "weights"}, a_bias{bias, "bias"},
-      a_old_h{old_h, "old_h"}, a_old_cell{old_cell, "old_cell"};
-  checks::common(kForward, {a_input, a_weights, a_bias, a_old_h, a_old_cell}, allowed);
-  checks::dim(kForward, a_input, 2, "batch x features");
-  checks::dim(kForward, a_old_h, 2, "batch x state_size");
-  const c10::SymInt B = input.sym_size(0), F = input.sym_size(1), S = old_h.sym_size(1);
-  checks::same_size(kForward, a_old_h, 0, a_input, 0, "batch size");
-  checks::shape(kForward, a_old_cell, {B, S}, "batch x state_size");
-  checks::shape(kForward, a_weights, {3 * S, S + F}, "3*state_size x (state_size + features)");
-  checks::shape(kForward, a_bias, {3 * S}, "3*state_size");
+  check_step_args(kForward, {input, "input"}, 2, "batch x features", {weights, "weights"},
+                  {bias, "bias"}, {old_h, "old_h"}, {old_cell, "old_cell"}, allowed);
 }
 
 void check_backward_args(const at::Tensor& grad_h, const at::Tensor& grad_cell,

@@ -12,6 +12,8 @@
 
 #include <tuple>
 
+#include "../checks.h"
+
 namespace tensortools::lltm {
 
 // Calls of the registered operators through the dispatcher (any device, with autograd).
@@ -59,6 +61,14 @@ BackwardBuffers backward_buffers(const at::Tensor& grad_h, const at::Tensor& gra
 // The matrix products of the backward pass, from the filled d_gates: writes d_input,
 // d_weights, d_bias and d_old_h. Every backend's kernel finishes with it.
 void backward_products(BackwardBuffers& buf, const at::Tensor& X, const at::Tensor& weights);
+
+// The checks of a step's arguments, shared by the cell and the sequence: every argument's
+// kind, dtype and device; `input` of rank `input_dim` (batch x features in its last two
+// dimensions, `input_meaning` says what all are), h (B×S); the shapes of the cell (B×S),
+// weights (3S×(S+F)) and bias (3S) that B, F and S imply.
+void check_step_args(const char* op, const Arg& input, int64_t input_dim, const char* input_meaning,
+                     const Arg& weights, const Arg& bias, const Arg& h, const Arg& cell,
+                     c10::ArrayRef<at::ScalarType> allowed);
 
 // Validates the forward arguments (ranks, shapes, dtypes in `allowed`, one device).
 void check_forward_args(const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,

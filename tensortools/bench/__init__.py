@@ -2,7 +2,8 @@
 
 ``python -m tensortools.bench`` runs them and prints a table; :func:`lltm_rows` is the
 library form the demo uses. Modules: ``timing`` (the shared utilities), one per
-benchmark (``lltm``, ``conv_bn``, ``dispatch``, ``scalar``, ``bandwidth``), ``plot``.
+benchmark (``lltm``, ``lltm_sequence``, ``conv_bn``, ``dispatch``, ``scalar``,
+``bandwidth``), ``plot``.
 Numbers are medians over many runs after warm-up; they are measurements of this machine,
 never assertions.
 """
@@ -10,6 +11,13 @@ never assertions.
 from tensortools.bench.conv_bn import ConvBNRow, conv_bn_rows, format_conv_bn_table
 from tensortools.bench.dispatch import compiled_chain_rows, dispatch_rows, format_dispatch_table
 from tensortools.bench.lltm import LLTM_SIZES, PHASES, format_table, lltm_rows
+from tensortools.bench.lltm_sequence import (
+    SEQUENCE_SIZES,
+    SEQUENCE_STEPS,
+    SequenceRow,
+    format_sequence_table,
+    sequence_rows,
+)
 from tensortools.bench.timing import Row, kernel_count, machine_summary, quiet_profiler
 
 __all__ = [
@@ -21,6 +29,11 @@ __all__ = [
     "kernel_count",
     "lltm_rows",
     "format_table",
+    "SEQUENCE_SIZES",
+    "SEQUENCE_STEPS",
+    "SequenceRow",
+    "sequence_rows",
+    "format_sequence_table",
     "compiled_chain_rows",
     "dispatch_rows",
     "format_dispatch_table",

@@ -1,5 +1,6 @@
 """python -m tensortools.bench: the fused operators against plain PyTorch (LLTM timings
-and kernel counts, conv-bn memory and time), ScalarTensor's structured handlers against
+and kernel counts, the LLTM over whole sequences, conv-bn memory and time), ScalarTensor's
+structured handlers against
 the dense matrix, and the per-call cost of the tensor types."""
 
 from __future__ import annotations
@@ -13,15 +14,19 @@ import torch
 
 from tensortools.bench import (
     LLTM_SIZES,
+    SEQUENCE_SIZES,
+    SEQUENCE_STEPS,
     compiled_chain_rows,
     conv_bn_rows,
     dispatch_rows,
     format_conv_bn_table,
     format_dispatch_table,
+    format_sequence_table,
     format_table,
     lltm_rows,
     machine_summary,
     quiet_profiler,
+    sequence_rows,
 )
 from tensortools.bench.scalar import SCALAR_SIZES, format_scalar_table, scalar_rows
 
@@ -72,6 +77,19 @@ def main(argv: list[str] | None = None) -> int:
         default=8,
         help="LLTM input sets that successive calls cycle through (default 8)",
     )
+    parser.add_argument("--no-lltm", action="store_true", help="leave out the LLTM cell rows")
+    parser.add_argument(
+        "--no-sequence",
+        action="store_true",
+        help="leave out the LLTM over whole sequences (whose compiled loops take minutes)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        action="append",
+        help="sequence lengths for the sequence rows (repeatable); default: "
+        + ", ".join(map(str, SEQUENCE_STEPS)),
+    )
     parser.add_argument(
         "--no-dispatch", action="store_true", help="leave out the per-call cost of the tensor types"
     )
@@ -109,24 +127,40 @@ def main(argv: list[str] | None = None) -> int:
     cuda = torch.device(args.device).type == "cuda"
     dtypes = args.dtype or (["float32", "bfloat16"] if cuda else ["float32"])
     results: dict[str, object] = {"machine": machine}
-    lltm = []
-    for name in dtypes:
-        lltm += lltm_rows(
-            args.size or LLTM_SIZES,
-            dtype=getattr(torch, name),
-            device=args.device,
-            compile=not args.no_compile,
-            min_run_time=args.min_run_time,
-            rounds=args.rounds,
-            input_sets=args.input_sets,
-            progress=progress,
+    if not args.no_lltm:
+        lltm = []
+        for name in dtypes:
+            lltm += lltm_rows(
+                args.size or LLTM_SIZES,
+                dtype=getattr(torch, name),
+                device=args.device,
+                compile=not args.no_compile,
+                min_run_time=args.min_run_time,
+                rounds=args.rounds,
+                input_sets=args.input_sets,
+                progress=progress,
+            )
+        print(format_table(lltm))
+        print(
+            "kernels: per call, from torch.profiler (device kernels on a GPU; operators that "
+            "compute on the CPU)"
         )
-    print(format_table(lltm))
-    print(
-        "kernels: per call, from torch.profiler (device kernels on a GPU; operators that "
-        "compute on the CPU)"
-    )
-    results["lltm"] = lltm
+        results["lltm"] = lltm
+    if not args.no_sequence:
+        print(f"\nThe LLTM over whole sequences, forward+backward ({args.device})")
+        results["sequence"] = []
+        for name in dtypes:
+            results["sequence"] += sequence_rows(
+                args.size or SEQUENCE_SIZES,
+                args.steps or SEQUENCE_STEPS,
+                dtype=getattr(torch, name),
+                device=args.device,
+                compile=not args.no_compile,
+                min_run_time=args.min_run_time,
+                rounds=args.rounds,
+                progress=progress,
+            )
+        print(format_sequence_table(results["sequence"]))
     if not args.no_conv_bn:
         print(
             f"\nTwo conv-bn layers, training step on {args.conv_bn_batch} x 1x28x28 "

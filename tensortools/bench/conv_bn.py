@@ -11,10 +11,9 @@ import warnings
 from collections.abc import Callable
 
 import torch
-from torch import Tensor
 
 from tensortools import nn
-from tensortools.bench.timing import interleaved, time_call
+from tensortools.bench.timing import interleaved, saved_for_backward, time_call
 
 __all__ = ["ConvBNRow", "conv_bn_rows", "format_conv_bn_table"]
 
@@ -53,24 +52,6 @@ def _conv_bn_networks(dtype: torch.dtype, device: str) -> dict[str, torch.nn.Mod
         nn.FusedConvBN2d.from_modules(unfused[3], unfused[4]),
     )
     return {"Conv2d + BatchNorm2d": unfused, "FusedConvBN2d": fused}
-
-
-def _saved_for_backward(step: Callable[[], Tensor]) -> tuple[int, int]:
-    """(bytes of distinct storages, tensors) saved for backward by step()'s graph."""
-    storages: dict[int, int] = {}
-    count = 0
-
-    def pack(t):
-        nonlocal count
-        count += 1
-        storage = t.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = step()
-    del out
-    return sum(storages.values()), count
 
 
 def _peak_memory(step: Callable[[], object], device: str) -> int:
@@ -113,7 +94,7 @@ def conv_bn_rows(
     for name, net in networks.items():
         if progress:
             progress(f"conv-bn {name}: saved tensors and peak memory")
-        saved_bytes, saved_tensors = _saved_for_backward(lambda net=net: net(x))
+        saved_bytes, saved_tensors = saved_for_backward(lambda net=net: net(x))
         step_of(net)()  # warm-up, so one-time buffers do not count as the step's peak
         measured[name] = (saved_bytes, saved_tensors, _peak_memory(step_of(net), device))
     measures = {

@@ -22,6 +22,9 @@ PHASES = ("forward", "backward", "forward+backward")
 def _lltm_variants(compile: bool) -> dict[str, Callable]:
     variants = {"reference (eager)": reference.lltm}
     if compile:
+        # A fresh dynamo cache for each size: otherwise the second size would recompile
+        # with symbolic shapes and time slower, dynamic-shape code.
+        torch._dynamo.reset()
         variants["reference (torch.compile)"] = torch.compile(reference.lltm)
     variants["tensortools op"] = ops.lltm
     return variants

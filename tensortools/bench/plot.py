@@ -64,6 +64,27 @@ def _lltm_panel(ax, rows: list[dict]) -> None:
     )
 
 
+def _sequence_panel(ax, rows: list[dict]) -> None:
+    keys = sorted({(tuple(r["size"]), r["steps"], r["dtype"]) for r in rows})
+    groups = [
+        "/".join(map(str, size)) + f" T={steps}" + ("" if dtype == "float32" else f"\n{dtype}")
+        for size, steps, dtype in keys
+    ]
+    series: dict[str, list[float]] = defaultdict(lambda: [float("nan")] * len(keys))
+    for r in rows:
+        series[r["variant"]][keys.index((tuple(r["size"]), r["steps"], r["dtype"]))] = (
+            r["gflops"] / r["gemm_gflops"]
+        )
+    _bars(
+        ax,
+        groups,
+        dict(series),
+        "GFLOP/s / large GEMM's",
+        f"LLTM over a sequence, forward+backward ({rows[0]['device']})",
+        reference=1.0,
+    )
+
+
 def _dispatch_panel(ax, rows: list[dict]) -> None:
     base = {
         (tuple(r["size"]), r["phase"]): r["median_us"]
@@ -134,7 +155,7 @@ def _conv_bn_panel(ax, rows: list[dict]) -> None:
 
 
 def plot_results(results: dict[str, Any], path: str) -> None:
-    """Draw each section present in `results` (lltm, dispatch, scalar, conv_bn) into one
+    """Draw each section present in `results` (lltm, sequence, dispatch, scalar, conv_bn) into one
     figure, saved to `path` (its suffix picks the format)."""
     try:
         import matplotlib
@@ -147,6 +168,7 @@ def plot_results(results: dict[str, Any], path: str) -> None:
         (name, draw)
         for name, draw in (
             ("lltm", _lltm_panel),
+            ("sequence", _sequence_panel),
             ("dispatch", _dispatch_panel),
             ("scalar", _scalar_panel),
             ("conv_bn", _conv_bn_panel),

@@ -22,6 +22,7 @@ __all__ = [
     "interleaved",
     "quiet_profiler",
     "kernel_count",
+    "saved_for_backward",
 ]
 
 
@@ -101,6 +102,29 @@ def time_each(
         times.append(time.perf_counter() - start)
         spent += times[-1]
     return benchmark.Measurement(1, times, benchmark.TaskSpec(stmt=label, setup=""))
+
+
+def saved_for_backward(
+    step: Callable[[], object], leave_out: tuple[torch.Tensor, ...] = ()
+) -> tuple[int, int]:
+    """(bytes of distinct storages, tensors) that step()'s autograd graph saves for
+    backward; storages of the tensors in `leave_out` (the arguments, say) not counted."""
+    known = {t.untyped_storage().data_ptr() for t in leave_out}
+    storages: dict[int, int] = {}
+    count = 0
+
+    def pack(t):
+        nonlocal count
+        count += 1
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in known:
+            storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = step()
+    del out
+    return sum(storages.values()), count
 
 
 @dataclasses.dataclass

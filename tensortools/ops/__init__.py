@@ -14,13 +14,21 @@ import tensortools._native  # noqa: F401  (registers torch.ops.tensortools)
 from tensortools.ops.axpby import axpby
 from tensortools.ops.conv_bn2d import fused_conv_bn2d
 from tensortools.ops.graph_conv import graph_conv
-from tensortools.ops.lltm import lltm
+from tensortools.ops.lltm import lltm, lltm_sequence
 from tensortools.ops.scalar_ops import add_diagonal, scale
 
-__all__ = ["add_diagonal", "axpby", "fused_conv_bn2d", "graph_conv", "lltm", "scale"]
+__all__ = [
+    "add_diagonal",
+    "axpby",
+    "fused_conv_bn2d",
+    "graph_conv",
+    "lltm",
+    "lltm_sequence",
+    "scale",
+]
 
 # Their public name is tensortools.ops.<name> (records, reprs and docs say so), wherever
 # their module is.
-for _function in (add_diagonal, axpby, fused_conv_bn2d, graph_conv, lltm, scale):
+for _function in (add_diagonal, axpby, fused_conv_bn2d, graph_conv, lltm, lltm_sequence, scale):
     _function.__module__ = __name__
 del _function

@@ -1,5 +1,6 @@
-"""The LLTM recurrent cell, fused: ``torch.ops.tensortools.lltm_forward`` (its autograd
-and backward kernel are registered in C++, csrc/ops/autograd/lltm_autograd.cpp)."""
+"""The LLTM recurrent cell, fused: ``torch.ops.tensortools.lltm_forward``, and the LLTM over
+a whole sequence in one operator: ``torch.ops.tensortools.lltm_sequence_forward`` (their
+autograd and backward kernels are registered in C++, csrc/ops/autograd/lltm_autograd.cpp)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from torch.overrides import handle_torch_function, has_torch_function
 
 from tensortools.ops._checks import check_tensors
 
-__all__ = ["lltm"]
+__all__ = ["lltm", "lltm_sequence"]
 
 _LLTM_ARGS = ("input", "weights", "bias", "old_h", "old_cell")
+_SEQUENCE_ARGS = ("input", "weights", "bias", "h0", "c0")
 
 
 def lltm(
@@ -30,3 +32,25 @@ def lltm(
     check_tensors("lltm", _LLTM_ARGS, args)
     new_h, new_cell, _, _ = torch.ops.tensortools.lltm_forward.default(*args)
     return new_h, new_cell
+
+
+def lltm_sequence(
+    input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The LLTM cell applied over a whole sequence, in one operator.
+
+    Shapes (T steps, B batch, F features, S state size): ``input`` T×B×F, ``weights``
+    3S×(S+F), ``bias`` 3S, ``h0`` and ``c0`` B×S; all of one floating dtype and device.
+    Returns ``(output, h_n, c_n)``: ``output`` T×B×S holds every step's new h, ``h_n`` and
+    ``c_n`` (B×S) are the last step's h and cell (``h0`` and ``c0`` for T = 0). The maths
+    is T calls of :func:`lltm` (:func:`tensortools.reference.lltm_sequence`); the input's
+    part of every step's gates is one matrix product over all steps, and backward computes
+    the gradients of ``input``, ``weights`` and ``bias`` in one product each. Every sequence
+    of a batch has length T (no padding or packed sequences).
+    """
+    args = (input, weights, bias, h0, c0)
+    if has_torch_function(args):
+        return handle_torch_function(lltm_sequence, args, *args)
+    check_tensors("lltm_sequence", _SEQUENCE_ARGS, args)
+    output, h_n, c_n, _, _ = torch.ops.tensortools.lltm_sequence_forward.default(*args)
+    return output, h_n, c_n

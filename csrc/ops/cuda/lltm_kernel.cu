@@ -1,5 +1,6 @@
 // LLTM on CUDA: the matrix product through ATen (cuBLAS), then one fused pointwise kernel;
-// backward: one fused pointwise kernel, then the matrix products. Half types compute in
+// backward: one fused pointwise kernel, then the matrix products. The sequence operator
+// runs the same kernels once per step (lltm_sequence.cpp has the loop). Half types compute in
 // float (at::opmath_type); the maths is lltm_math.h, the same as the CPU kernel's.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -10,6 +11,7 @@
 #include "../../checks.h"
 #include "../lltm.h"
 #include "../lltm_math.h"
+#include "../lltm_sequence.h"
 #include "launch.cuh"
 
 namespace tensortools::lltm {
@@ -67,62 +69,93 @@ Accessor2<scalar_t, index_t> acc(const at::Tensor& t) {
   return t.generic_packed_accessor<scalar_t, 2, at::RestrictPtrTraits, index_t>();
 }
 
-ForwardOutputs lltm_forward_cuda(const at::Tensor& input, const at::Tensor& weights,
-                                 const at::Tensor& bias, const at::Tensor& old_h,
-                                 const at::Tensor& old_cell_) {
-  check_forward_args(input, weights, bias, old_h, old_cell_, kCudaFloatingTypes);
-  const c10::cuda::CUDAGuard guard(input.device());
-  const int64_t B = input.size(0), S = old_h.size(1);
-  // Named references, not structured bindings: C++17 lambdas cannot capture those.
-  ForwardBuffers buf = forward_buffers(input, weights, bias, old_h, old_cell_);
-  const at::Tensor &X = buf.X, &gates = buf.gates, &old_cell = buf.old_cell;
-  const at::Tensor &new_h = buf.new_h, &new_cell = buf.new_cell;
-  if (B * S == 0) {
-    return {new_h, new_cell, gates, X};
+// One pointwise pass of the forward (2-D contiguous tensors, see ForwardPointwise): one
+// kernel launch.
+void forward_pointwise(const at::Tensor& gates, const at::Tensor& old_cell,
+                       const at::Tensor& new_cell, const at::Tensor& new_h) {
+  const int64_t n = new_cell.numel();
+  if (n == 0) {
+    return;
   }
   const auto stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_forward_cuda", [&] {
         auto launch = [&](auto index) {
           using index_t = decltype(index);
-          forward_kernel<scalar_t, index_t><<<cuda::blocks_for(B * S), cuda::kThreads, 0, stream>>>(
+          forward_kernel<scalar_t, index_t><<<cuda::blocks_for(n), cuda::kThreads, 0, stream>>>(
               acc<scalar_t, index_t>(gates), acc<const scalar_t, index_t>(old_cell),
               acc<scalar_t, index_t>(new_cell), acc<scalar_t, index_t>(new_h));
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         };
         cuda::fits_int32(gates) ? launch(int32_t{}) : launch(int64_t{});
       });
-  return {new_h, new_cell, gates, X};
 }
 
-BackwardOutputs lltm_backward_cuda(const at::Tensor& grad_h_, const at::Tensor& grad_cell_,
-                                   const at::Tensor& new_cell_, const at::Tensor& gates_,
-                                   const at::Tensor& X, const at::Tensor& weights) {
-  check_backward_args(grad_h_, grad_cell_, new_cell_, gates_, X, weights, kCudaFloatingTypes);
-  const c10::cuda::CUDAGuard guard(new_cell_.device());
-  const int64_t B = new_cell_.size(0), S = new_cell_.size(1);
-  BackwardBuffers buf = backward_buffers(grad_h_, grad_cell_, new_cell_, gates_, X);
-  const at::Tensor &grad_h = buf.grad_h, &grad_cell = buf.grad_cell;
-  const at::Tensor &new_cell = buf.new_cell, &gates = buf.gates;
-  const at::Tensor &d_gates = buf.d_gates, &d_old_cell = buf.d_old_cell;
-  if (B * S > 0) {
-    const auto stream = c10::cuda::getCurrentCUDAStream();
-    AT_DISPATCH_FLOATING_TYPES_AND2(
-        at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_backward_cuda", [&] {
-          auto launch = [&](auto index) {
-            using index_t = decltype(index);
-            backward_kernel<scalar_t, index_t>
-                <<<cuda::blocks_for(B * S), cuda::kThreads, 0, stream>>>(
-                    acc<const scalar_t, index_t>(gates), acc<const scalar_t, index_t>(new_cell),
-                    acc<const scalar_t, index_t>(grad_h), acc<const scalar_t, index_t>(grad_cell),
-                    acc<scalar_t, index_t>(d_gates), acc<scalar_t, index_t>(d_old_cell));
-            C10_CUDA_KERNEL_LAUNCH_CHECK();
-          };
-          cuda::fits_int32(gates) ? launch(int32_t{}) : launch(int64_t{});
-        });
+// One pointwise pass of the backward (2-D contiguous tensors, see BackwardPointwise): one
+// kernel launch.
+void backward_pointwise(const at::Tensor& gates, const at::Tensor& new_cell,
+                        const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                        const at::Tensor& d_gates, const at::Tensor& d_old_cell) {
+  const int64_t n = new_cell.numel();
+  if (n == 0) {
+    return;
   }
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_backward_cuda", [&] {
+        auto launch = [&](auto index) {
+          using index_t = decltype(index);
+          backward_kernel<scalar_t, index_t><<<cuda::blocks_for(n), cuda::kThreads, 0, stream>>>(
+              acc<const scalar_t, index_t>(gates), acc<const scalar_t, index_t>(new_cell),
+              acc<const scalar_t, index_t>(grad_h), acc<const scalar_t, index_t>(grad_cell),
+              acc<scalar_t, index_t>(d_gates), acc<scalar_t, index_t>(d_old_cell));
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        };
+        cuda::fits_int32(gates) ? launch(int32_t{}) : launch(int64_t{});
+      });
+}
+
+ForwardOutputs lltm_forward_cuda(const at::Tensor& input, const at::Tensor& weights,
+                                 const at::Tensor& bias, const at::Tensor& old_h,
+                                 const at::Tensor& old_cell) {
+  check_forward_args(input, weights, bias, old_h, old_cell, kCudaFloatingTypes);
+  const c10::cuda::CUDAGuard guard(input.device());
+  ForwardBuffers buf = forward_buffers(input, weights, bias, old_h, old_cell);
+  forward_pointwise(buf.gates, buf.old_cell, buf.new_cell, buf.new_h);
+  return {buf.new_h, buf.new_cell, buf.gates, buf.X};
+}
+
+BackwardOutputs lltm_backward_cuda(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                                   const at::Tensor& new_cell, const at::Tensor& gates,
+                                   const at::Tensor& X, const at::Tensor& weights) {
+  check_backward_args(grad_h, grad_cell, new_cell, gates, X, weights, kCudaFloatingTypes);
+  const c10::cuda::CUDAGuard guard(new_cell.device());
+  BackwardBuffers buf = backward_buffers(grad_h, grad_cell, new_cell, gates, X);
+  backward_pointwise(buf.gates, buf.new_cell, buf.grad_h, buf.grad_cell, buf.d_gates,
+                     buf.d_old_cell);
   backward_products(buf, X, weights);
   return buf.outputs();
+}
+
+// The sequence: per step forward, the state product (cuBLAS) and one pointwise kernel.
+SequenceForwardOutputs lltm_sequence_forward_cuda(const at::Tensor& input,
+                                                  const at::Tensor& weights, const at::Tensor& bias,
+                                                  const at::Tensor& h0, const at::Tensor& c0) {
+  check_sequence_forward_args(input, weights, bias, h0, c0, kCudaFloatingTypes);
+  const c10::cuda::CUDAGuard guard(input.device());
+  return run_sequence_forward(input, weights, bias, h0, c0, forward_pointwise);
+}
+
+SequenceBackwardOutputs lltm_sequence_backward_cuda(
+    const at::Tensor& grad_output, const at::Tensor& grad_h_n, const at::Tensor& grad_c_n,
+    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& h0,
+    const at::Tensor& output, const at::Tensor& cells, const at::Tensor& gates,
+    std::array<bool, 3> output_mask) {
+  check_sequence_backward_args(grad_output, grad_h_n, grad_c_n, input, weights, h0, output, cells,
+                               gates, kCudaFloatingTypes);
+  const c10::cuda::CUDAGuard guard(input.device());
+  return run_sequence_backward(grad_output, grad_h_n, grad_c_n, input, weights, h0, output, cells,
+                               gates, output_mask, backward_pointwise);
 }
 
 }  // namespace
@@ -131,4 +164,6 @@ BackwardOutputs lltm_backward_cuda(const at::Tensor& grad_h_, const at::Tensor& 
 TORCH_LIBRARY_IMPL(tensortools, CUDA, m) {
   m.impl("lltm_forward", &tensortools::lltm::lltm_forward_cuda);
   m.impl("lltm_backward", &tensortools::lltm::lltm_backward_cuda);
+  m.impl("lltm_sequence_forward", &tensortools::lltm::lltm_sequence_forward_cuda);
+  m.impl("lltm_sequence_backward", &tensortools::lltm::lltm_sequence_backward_cuda);
 }
