@@ -3,7 +3,7 @@
 The compiled operators are registered under ``torch.ops.tensortools`` on import.
 """
 
-from tensortools import dispatch, nn, ops, reference
+from tensortools import dispatch, nn, ops, reference, testing
 from tensortools._native import C as _C
 from tensortools.types import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs
 
@@ -21,6 +21,7 @@ __all__ = [
     "nn",
     "ops",
     "reference",
+    "testing",
     "with_cuda",
     "__version__",
 ]

@@ -31,6 +31,7 @@ from tensortools import (
     nn,
     ops,
     reference,
+    testing,
     types,
 )
 from tensortools.types.logging_tensor import LOGGER_NAME
@@ -227,6 +228,7 @@ def test_api_reference_builds_without_warnings(tmp_path):
         bench,
         coverage,
         dispatch,
+        testing,
         distributed,
         nn,
         ops,

@@ -72,7 +72,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-samples", type=int, default=2, help="op_db samples per operator (default 2)"
     )
+    parser.add_argument(
+        "--check",
+        metavar="CHECKS",
+        help="also run tensortools.testing.check_type with these checks (comma-separated, "
+        "or 'all'; the type's coverage hooks make its instances); exit status 1 on failures",
+    )
     args = parser.parse_args(argv)
+    if args.check:
+        from tensortools import testing
+
+        checks = testing.CHECKS if args.check == "all" else tuple(args.check.split(","))
+        unknown = [c for c in checks if c not in testing.CHECKS]
+        if unknown:
+            parser.error(f"--check: unknown checks {unknown}; known: {', '.join(testing.CHECKS)}")
     try:
         types = [resolve_type(t) for t in args.types]
     except ValueError as err:
@@ -108,4 +121,15 @@ def main(argv: list[str] | None = None) -> int:
             "their reductions may add in another order).",
         )
     print("\n\n".join(outputs))
-    return 0
+    status = 0
+    for cls in types if args.check else []:
+        result = testing.check_type(
+            cls,
+            checks=checks,
+            max_samples=args.max_samples,
+            raise_on_failure=False,
+            **testing.options_from_coverage_hooks(cls),
+        )
+        print("\n" + result.summary())
+        status = status or int(not result.passed)
+    return status
