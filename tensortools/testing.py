@@ -724,7 +724,12 @@ def options_from_coverage_hooks(cls: type) -> dict[str, Any]:
         substituted = cls.coverage_substitute(t, (), {})
         return None if substituted is None else substituted[0]
 
-    return {"make": make, "rule": lambda x, result: cls.coverage_result_problem(result)}
+    # The coverage report counts a TypeError as the type refusing the call: so does this.
+    return {
+        "make": make,
+        "rule": lambda x, result: cls.coverage_result_problem(result),
+        "refusals": (TypeError,),
+    }
 
 
 def parametrize(cls: type, make: Any, *, ops: Iterable[str] | None = None, **options: Any):
