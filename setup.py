@@ -14,15 +14,6 @@ from pathlib import Path
 
 from setuptools import find_packages, setup
 
-try:
-    from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
-except ImportError as exc:
-    raise SystemExit(
-        "tensortools is built against an installed torch, which was not found. Install "
-        "torch first (e.g. pip install torch==2.13.0), then build with "
-        "`pip install --no-build-isolation -e .`"
-    ) from exc
-
 ROOT = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location(
     "_tensortools_extension", ROOT / "tensortools" / "_extension.py"
@@ -30,6 +21,11 @@ _spec = importlib.util.spec_from_file_location(
 _extension = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = _extension  # dataclasses look their module up while defining
 _spec.loader.exec_module(_extension)
+
+try:
+    from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
+except ImportError as exc:
+    raise SystemExit(_extension.explain_missing_torch(f"{type(exc).__name__}: {exc}")) from exc
 if _extension.sanitizers():
     # A sanitized tensortools._C would replace the normal one and abort every import that
     # does not preload the sanitizer runtimes.

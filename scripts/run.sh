@@ -89,6 +89,8 @@ ensure_deps() {
   fi
   install_missing required setuptools wheel
   install_missing optional ninja  # without it the build is serial, not broken
+  # torch warns at import ("Failed to initialize NumPy") where numpy is missing.
+  install_missing optional numpy
   if [[ "$1" == test ]]; then
     install_missing required pytest hypothesis numpy
     # The docs' code examples and API reference are part of the suite, and so are the
@@ -128,6 +130,12 @@ build
 case "$job" in
   setup) ;;
   demo) exec "$PY" -m tensortools.demo "$@" ;;
-  test) exec "$PY" -m pytest "$@" ;;
+  test)
+    start=$SECONDS
+    status=0
+    "$PY" -m pytest "$@" || status=$?
+    log "tests took $((SECONDS - start)) s; a quick subset: bash scripts/run.sh test -m 'not slow'"
+    exit "$status"
+    ;;
   bench) exec "$PY" -m tensortools.bench "$@" ;;
 esac

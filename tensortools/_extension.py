@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import shlex
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -161,3 +162,100 @@ def nvcc_check_command(source: Path, output: Path, shim: Path) -> list[str]:
         str(output),
         str(source),
     ]
+
+
+# -- a clear error when the build cannot see torch --------------------------------------
+
+_INSTALLERS = ("pip", "pip3", "uv")
+
+
+def without_isolation(argv: list[str]) -> list[str] | None:
+    """The build command `argv` (a command line of pip, uv or `python -m build`, as the
+    platform reports it) with build isolation turned off, or None for a command this
+    does not know or one that turns it off already."""
+    if len(argv) > 2 and argv[1] == "-m":  # python -m pip ...: as the user typed it
+        head, rest = argv[:3], argv[3:]
+    elif len(argv) > 1 and Path(argv[0]).name.startswith("python"):
+        head, rest = [Path(argv[1]).name], argv[2:]  # a script run by its shebang line
+    else:
+        head, rest = [Path(argv[0]).name] if argv else [], argv[1:]
+    tool = Path(head[-1]).name if head else ""
+    if tool == "build":
+        return None if "--no-isolation" in rest else [*head, "--no-isolation", *rest]
+    if tool not in _INSTALLERS or "--no-build-isolation" in rest:
+        return None
+    for i, word in enumerate(rest):
+        if word in ("install", "wheel", "download"):
+            return [*head, *rest[: i + 1], "--no-build-isolation", *rest[i + 1 :]]
+    return None
+
+
+def _parent() -> tuple[list[str], str]:
+    """The command line and interpreter of the process that runs this build (pip, say),
+    where the platform shows them (Linux's /proc); ([], "") elsewhere."""
+    proc = Path(f"/proc/{os.getppid()}")
+    try:
+        raw = (proc / "cmdline").read_bytes()
+        exe = os.readlink(proc / "exe")
+    except OSError:
+        return [], ""
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part], exe
+
+
+def _torch_version(python: str) -> str | None:
+    """The version of torch that `python` imports with build isolation's environment
+    (PYTHONPATH, PYTHONNOUSERSITE) taken away, or None."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
+    try:
+        proc = subprocess.run(
+            [python, "-c", "import torch; print(torch.__version__)"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (proc.stdout.strip() or None) if proc.returncode == 0 else None
+
+
+def torch_missing_message(
+    command: list[str], isolated: bool, torch_outside: str | None, error: str = ""
+) -> str:
+    """What to tell a user whose build cannot import torch: `command` is the command
+    line that runs the build ([] when unknown), `isolated` whether the build runs in an
+    isolated environment, `torch_outside` the torch version installed outside it, and
+    `error` what importing torch raised."""
+    fixed = without_isolation(command)
+    retry = shlex.join(fixed) if fixed else "pip install --no-build-isolation -e ."
+    if isolated and torch_outside:
+        return (
+            f"tensortools builds against the torch you installed ({torch_outside}), but "
+            "this build runs with build isolation: in a separate environment, where that "
+            f"torch cannot be seen. Build without isolation:\n    {retry}"
+        )
+    return (
+        "tensortools builds against an installed torch, and this build cannot import one"
+        f"{f' ({error})' if error else ''}"
+        f"{' in its isolated environment' if isolated else ''}. Install torch first "
+        "(pip install torch==2.13.0, or the build for your CUDA from pytorch.org), then "
+        f"build without isolation:\n    {retry}"
+    )
+
+
+def explain_missing_torch(error: str = "") -> str:
+    """torch_missing_message for the build running now (`error`: what importing torch
+    raised)."""
+    command, parent_python = _parent()
+    # pip's isolation hides site-packages through a PYTHONPATH entry; `python -m build`'s
+    # runs the build in a virtual environment of its own.
+    isolated = "pip-build-env" in os.environ.get("PYTHONPATH", "") or "build-env" in sys.prefix
+    torch_outside = None
+    if isolated:
+        pythons = [sys.executable]
+        if Path(parent_python).name.startswith("python"):
+            pythons.append(parent_python)
+        torch_outside = next(filter(None, map(_torch_version, pythons)), None)
+    return torch_missing_message(command, isolated, torch_outside, error)

@@ -161,11 +161,14 @@ def lltm_on_types() -> None:
 def coverage_counts() -> None:
     _section(6, "Override coverage: how each type answers torch's API")
     total = len(coverage.overridable_functions())
-    print(f"{total} overridable functions (torch.overrides, plus tensortools.ops):")
-    print(f"  {'type':<16} {'handled':>8} {'fallback':>9} {'refused':>8}")
+    print(f"{total} overridable functions (torch.overrides, plus tensortools.ops), answered by:")
     for cls in TYPES:
-        c = coverage.report(cls, samples=False).counts()
-        print(f"  {cls.__name__:<16} {c['handled']:>8} {c['fallback']:>9} {c['refused']:>8}")
+        rep = coverage.report(cls, samples=False)
+        c, means = rep.counts(), rep.means
+        answers = [(o, c[o]) for o in coverage.OUTCOMES if c[o] or o == "handled"]
+        for i, (o, n) in enumerate(answers):
+            name = cls.__name__ if i == 0 else ""
+            print(f"  {name:<15} {n:>5} {o:<9} {means[o]}")
     print(
         "checked on PyTorch's own operator samples by python -m tensortools.coverage TYPE "
         "(docs/coverage.md)"
@@ -182,7 +185,8 @@ def lltm_timings(quick: bool) -> None:
         rounds=2 if quick else 3,
     )
     print(bench.format_table(rows))
-    print("speed-up = reference (eager) median / variant median")
+    for line in bench.lltm_verdict(rows):
+        print(line)
     print()
     print(
         "The LLTM over 32 steps, forward+backward (the compiled loop: python -m tensortools.bench)"
@@ -201,9 +205,15 @@ def lltm_timings(quick: bool) -> None:
     print("full benchmarks: python -m tensortools.bench (docs/performance.md)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line parser (its options and their help)."""
     parser = argparse.ArgumentParser(prog="python -m tensortools.demo", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short timings, without torch.compile")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     bench.quiet_profiler()
     print(

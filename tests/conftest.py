@@ -33,6 +33,24 @@ def pytest_collection_modifyitems(config, items):
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
 
+_NOTES = pytest.StashKey[list]()
+
+
+@pytest.fixture
+def summary_note(request):
+    """note(text): a line for the "notes" section pytest prints at the end of the run
+    (for what a passing test wants known, such as code examples it left out)."""
+    return request.config.stash.setdefault(_NOTES, []).append
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    notes = config.stash.get(_NOTES, [])
+    if notes:
+        terminalreporter.write_sep("=", "notes")
+        for line in notes:
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -10,16 +10,21 @@ from tensortools.bench.__main__ import main as bench_main
 from tensortools.bench.plot import main as plot_main
 from tensortools.bench.scalar import format_scalar_table, scalar_rows
 
+pytestmark = pytest.mark.slow  # runs the benchmarks
+
 
 def test_lltm_rows_cover_every_variant_and_phase():
     rows = bench.lltm_rows([(2, 3, 4)], compile=False, min_run_time=0.01, input_sets=2)
     assert {(r.variant, r.phase) for r in rows} == {
         (v, p) for v in ("reference (eager)", "tensortools op") for p in bench.PHASES
-    }
+    } | {(bench.lltm.PRODUCTS, p) for p in ("forward", "forward+backward")}
     assert all(r.median_us > 0 and r.runs >= 1 and r.size == (2, 3, 4) for r in rows)
-    table = bench.format_table(rows)
-    assert table.count("\n") == len(rows)
-    assert "1.00x" in table  # the baseline against itself
+    table = bench.format_table(rows).splitlines()
+    assert table[0].split()[-2:] == ["ratio", "kernels"]
+    body = table[1 : 1 + len(rows)]
+    assert all(line.startswith("2/3/4") for line in body)
+    assert sum("1.00x" in line for line in body) == 3  # the baseline against itself
+    assert table[1 + len(rows)].startswith("time ratio: the row's median over that of the ")
 
 
 def test_lltm_kernel_counts():
@@ -60,8 +65,10 @@ def test_sequence_rows_cover_every_variant_with_flops_and_memory():
     # the op keeps its outputs, cells and activated gates (T x B x (S + S + 3S) floats)
     assert saved["ops.lltm_sequence"] == 5 * 2 * 5 * 4 * 4
     assert saved["reference loop (eager)"] > saved["ops.lltm_sequence"]
-    table = bench.format_sequence_table(rows)
-    assert table.count("1.00x") == 2 and "large GEMM:" in table  # the op, with and without
+    table = bench.format_sequence_table(rows).splitlines()
+    # the eager loop against itself, with and without the input's gradient
+    assert sum("1.00x" in line for line in table[1 : 1 + len(rows)]) == 2
+    assert table[1 + len(rows)].startswith("time ratio:") and "large GEMM:" in table[-1]
 
 
 def test_kernel_count_leaves_out_views_and_nested_calls():
@@ -99,11 +106,14 @@ def test_bench_command_writes_json_and_plot(tmp_path, capsys):
         == 0
     )
     data = json.loads(out.read_text())
-    assert data["machine"] and len(data["lltm"]) == 6 and len(data["conv_bn"]) == 2
+    # two variants in three phases, and the matrix products in two
+    assert data["machine"] and len(data["lltm"]) == 8 and len(data["conv_bn"]) == 2
     assert len(data["sequence"]) == 6  # eager and cell loops, the op, the two without
     # the input's gradient, the op's products
-    assert len(data["scalar"]) == 9 and len(data["dispatch"]) == 35 and "compiled" not in data
-    assert "tensortools op" in capsys.readouterr().out
+    assert len(data["scalar"]) == 9 and len(data["dispatch"]) == 33 and "compiled" not in data
+    printed = capsys.readouterr().out
+    assert "tensortools op" in printed
+    assert "2/3/4 float32, forward+backward: " in printed  # the verdict
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     again = tmp_path / "again.svg"
     assert plot_main([str(out), str(again)]) == 0
@@ -123,8 +133,10 @@ def test_scalar_rows_compare_structured_with_dense():
         ("inverse(d)", "ScalarTensor (structured)"),
         ("inverse(d)", "dense matrix"),
     }
-    table = format_scalar_table(rows)
-    assert sum(line.endswith("x") for line in table.splitlines()) == 5  # one per dense row
+    table = format_scalar_table(rows).splitlines()
+    ratios = [line.split()[-1].rstrip("?") for line in table[1 : 1 + len(rows)]]
+    assert all(r.endswith("x") for r in ratios) and ratios.count("1.00x") >= 4
+    assert table[1 + len(rows)].startswith("time ratio:")
 
 
 def test_demo_tells_the_story(capsys, monkeypatch):
@@ -152,7 +164,8 @@ def test_demo_tells_the_story(capsys, monkeypatch):
     # the coverage counts, as the report gives them
     for cls in (ScalarTensor, MetadataTensor, LoggingTensor):
         c = coverage.report(cls, samples=False).counts()
-        assert f"{cls.__name__:<16} {c['handled']:>8} {c['fallback']:>9} {c['refused']:>8}" in out
+        assert f"  {cls.__name__:<15} {c['handled']:>5} handled   {cls.handled_means}" in out
+        assert f" {c['fallback']:>5} fallback  {cls.fallback_means}" in out
 
 
 def test_dispatch_rows_cover_every_type():
@@ -160,7 +173,7 @@ def test_dispatch_rows_cover_every_type():
     variants = {r.variant for r in rows}
     assert {
         "plain Tensor",
-        "protocol only (no work)",
+        bench.dispatch.PROTOCOL,
         "pass-through subclass",
         "MetadataTensor",
         "ScalarTensor",
@@ -171,8 +184,9 @@ def test_dispatch_rows_cover_every_type():
         "ScalarTensor N=2, as d + d",
     } == variants
     # torch.add and torch.sin for each type but the capturing logger (add only), per size,
-    # and d + d once
-    assert len(rows) == 2 * (8 * 2 + 1) + 1
+    # and d + d once; the protocol alone only on 1 element, where the call costs little
+    assert len(rows) == 2 * (8 * 2 + 1) + 1 - 2
+    assert {r.size for r in rows if r.variant == bench.dispatch.PROTOCOL} == {(1,)}
     assert all(r.median_us > 0 for r in rows)
     table = bench.format_dispatch_table(rows)
     assert "8x8" in table and "1 element" in table and "as d + d" in table

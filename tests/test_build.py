@@ -2,6 +2,8 @@
 
 import concurrent.futures
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -76,3 +78,82 @@ def test_every_cuda_source_compiles(tmp_path):
         results = list(pool.map(compile_one, sources))
     failed = {name: err[-3000:] for name, rc, err in results if rc != 0}
     assert not failed, failed
+
+
+@pytest.mark.parametrize(
+    "argv, fixed",
+    [
+        (["/v/bin/python", "/v/bin/pip", "install", "."], "pip install --no-build-isolation ."),
+        (
+            [".venv/bin/python", "-m", "pip", "install", "-e", ".[test]"],
+            ".venv/bin/python -m pip install --no-build-isolation -e '.[test]'",
+        ),
+        (["/usr/bin/python3", "/usr/bin/pip3", "wheel", "."], "pip3 wheel --no-build-isolation ."),
+        (["uv", "pip", "install", "-e", "."], "uv pip install --no-build-isolation -e ."),
+        (["python3", "-m", "build", "--wheel"], "python3 -m build --no-isolation --wheel"),
+        (["pip", "install", "--no-build-isolation", "."], None),
+        (["make", "all"], None),
+        ([], None),
+    ],
+)
+def test_build_command_without_isolation(argv, fixed):
+    got = _extension.without_isolation(argv)
+    assert (None if got is None else shlex.join(got)) == fixed
+
+
+def test_missing_torch_message_names_the_cause_and_the_command():
+    command = ["/v/bin/python", "/v/bin/pip", "install", "."]
+    hidden = _extension.torch_missing_message(command, isolated=True, torch_outside="2.13.0")
+    assert "build isolation" in hidden and "2.13.0" in hidden
+    assert hidden.endswith("pip install --no-build-isolation .")
+    absent = _extension.torch_missing_message(command, False, None, "No module named 'torch'")
+    assert "No module named 'torch'" in absent and "pip install torch==" in absent
+    assert "isolation" not in absent.split("\n")[0].split("then")[0]
+    unknown = _extension.torch_missing_message([], isolated=True, torch_outside="2.13.0")
+    assert unknown.endswith("pip install --no-build-isolation -e .")
+
+
+def test_setup_explains_build_isolation(tmp_path):
+    # The environment pip's build isolation gives the build: a PYTHONPATH entry under a
+    # pip-build-env folder whose sitecustomize hides the installed packages (here: torch).
+    site = tmp_path / "pip-build-env-test" / "site"
+    site.mkdir(parents=True)
+    (site / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None\n")
+    env = {**os.environ, "PYTHONPATH": str(site), "PYTHONNOUSERSITE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "setup.py", "--name"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert f"the torch you installed ({torch.__version__})" in proc.stderr
+    assert "--no-build-isolation" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _run_script(*args: str) -> subprocess.CompletedProcess:
+    so = next(ROOT.glob("tensortools/_C*.so"), None)
+    inputs = [*ROOT.joinpath("csrc").rglob("*"), ROOT / "setup.py", _extension.__file__]
+    if so is None or any(Path(p).stat().st_mtime > so.stat().st_mtime for p in inputs):
+        pytest.skip("the build is older than its sources: the script would rebuild it")
+    return subprocess.run(
+        ["bash", "scripts/run.sh", *args],
+        cwd=ROOT,
+        env={**os.environ, "TENSORTOOLS_PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_run_script_says_how_long_the_tests_took_and_keeps_their_status():
+    passed = _run_script("test", "-q", "-p", "no:cacheprovider", "tests/test_settings.py")
+    assert passed.returncode == 0, passed.stdout[-2000:] + passed.stderr[-2000:]
+    assert re.search(r"\[tensortools\] tests took \d+ s; a quick subset: ", passed.stderr)
+    missing = _run_script("test", "-q", "-p", "no:cacheprovider", "tests/no_such_file.py")
+    assert missing.returncode == 4  # pytest's "usage error", passed through
+    assert "tests took" in missing.stderr

@@ -11,6 +11,8 @@ from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_log
 from tensortools.bench.dispatch import _chain
 from tensortools.dispatch import TensorWrapper
 
+pytestmark = pytest.mark.slow  # torch.compile
+
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo():

@@ -1,5 +1,6 @@
 """tensortools.coverage: the report, its formats and the command line."""
 
+import importlib
 import json
 
 import pytest
@@ -58,7 +59,7 @@ def test_formats_and_cli(capsys):
     rep = coverage.report(ScalarTensor, samples=False)
     data = json.loads(rep.to_json())
     assert data["type"] == "ScalarTensor" and data["counts"]["handled"] > 10
-    assert "ScalarTensor: handled" in rep.to_text()
+    assert rep.to_text().startswith("ScalarTensor: ")
     assert rep.to_markdown().startswith("## ScalarTensor")
     assert coverage.main(["ScalarTensor", "--no-samples", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["type"] == "ScalarTensor"
@@ -76,7 +77,9 @@ def test_cli_takes_a_users_type_by_dotted_path(capsys):
     assert coverage.main(["test_coverage.Interval", "--no-samples"]) == 0
     out = capsys.readouterr().out
     # torch.add, Tensor.add, Tensor.__add__ and Tensor.__radd__
-    assert "Interval: handled 4, fallback 0, refused " in out
+    assert "      4 handled   a handler in the type's table" in out
+    assert "      0 fallback" in out
+    assert "a TypeError without trying: the type has no fallback" in out
     with pytest.raises(SystemExit):
         coverage.main(["no_such_module.Type"])
     with pytest.raises(SystemExit):
@@ -91,8 +94,74 @@ def test_docs_coverage_is_current():
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "coverage.md").read_text()
     for cls in (ScalarTensor, MetadataTensor, LoggingTensor):
-        c = coverage.report(cls, samples=False).counts()
-        assert (
-            f"Functions: {c['handled']} handled by a table entry, {c['fallback']} served "
-            f"by the fallback, {c['refused']} refused with a TypeError."
-        ) in text, cls
+        summary = coverage.report(cls, samples=False).to_markdown().split("\n\nop_db")[0]
+        assert summary in text, cls
+
+
+def _report_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def test_text_report_puts_the_summary_first_in_the_types_words():
+    rep = coverage.report(ScalarTensor, samples=False)
+    c = rep.counts()
+    lines = _report_lines(rep.to_text())
+    assert lines[0] == f"ScalarTensor: {sum(c[o] for o in coverage.OUTCOMES)} overridable " + (
+        "functions (torch.overrides, tensortools.ops)"
+    )
+    assert lines[1].split()[:2] == [str(c["handled"]), "handled"]
+    assert ScalarTensor.handled_means in lines[1]
+    assert ScalarTensor.fallback_means in lines[2] and "dense" in lines[2]
+    # without --all: the summary and where to find the rest, not one row per function
+    assert len(lines) < 10 and lines[-1] == "every function and its samples: --all"
+    full = rep.to_text(full=True)
+    assert full.startswith(rep.to_text().rsplit("\n", 1)[0].rstrip())  # summary first
+    assert f"handled ({c['handled']}):" in full and f"fallback ({c['fallback']}):" in full
+    assert sum(line.startswith("  torch.") for line in full.splitlines()) >= c["fallback"]
+    # MetadataTensor's fallback is its design, and the report says so
+    meta = _report_lines(coverage.report(MetadataTensor, samples=False).to_text())
+    assert "fallback" in meta[2] and "not a gap" in meta[2]
+
+
+def test_failures_are_grouped_by_reason_and_explained():
+    x = torch.randn(3, 3)
+    refused = coverage.check_sample(ScalarTensor, lambda t: torch.Tensor.cauchy_(t), x, (), {})
+    assert refused.result == "refused"
+    assert "a ScalarTensor is not one" in refused.reason and "descriptor" not in refused.reason
+    rep = coverage.report(ScalarTensor, samples=False)
+    rows = {f.name: f for f in rep.functions}
+    for name in ("torch.exp", "torch.sin"):
+        rows[name].samples = {"refused": 1}
+        rows[name].reason = refused.reason
+    rows["torch.cos"].samples = {"wrong": 1, "correct": 1}
+    rows["torch.cos"].reason = "values differ"
+    groups = rep.failure_groups()
+    assert [(result, [f.name for f in fs]) for result, _, fs in groups] == [
+        ("wrong", ["torch.cos"]),
+        ("refused", ["torch.exp", "torch.sin"]),
+    ]
+    text = rep.to_text()
+    assert "Not answered correctly: 3 samples of 3 functions, by reason:" in text
+    assert text.count("a ScalarTensor is not") == 1  # one line for the group
+    md = rep.to_markdown()
+    assert "| wrong | values differ | `torch.cos` |" in md
+
+
+def test_command_shows_progress_on_stderr(monkeypatch, capsys):
+    pytest.importorskip("tqdm")
+    pytest.importorskip("expecttest", reason="op_db needs the expecttest package")
+    report_module = importlib.import_module("tensortools.coverage.report")  # (not the function)
+
+    def few_cases(max_samples, on_entry=None):
+        for _ in range(3):
+            yield "sin", torch.sin, torch.randn(2, 2), (), {}
+            on_entry()
+
+    monkeypatch.setattr(report_module, "sample_cases", few_cases)
+    monkeypatch.setattr(report_module, "op_db_size", lambda: 3)
+    assert coverage.main(["ScalarTensor"]) == 0
+    captured = capsys.readouterr()
+    assert "ScalarTensor: op_db" in captured.err  # not a terminal, and still shown
+    assert "3 run" in captured.out and "Every sample was answered correctly." in captured.out
+    assert coverage.main(["ScalarTensor", "--no-progress"]) == 0
+    assert "op_db" not in capsys.readouterr().err

@@ -21,10 +21,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from tensortools import MetadataTensor, nn
 
-pytestmark = pytest.mark.skipif(
-    not (dist.is_available() and dist.is_gloo_available()),
-    reason="torch.distributed with the gloo backend is not available",
-)
+pytestmark = [
+    pytest.mark.slow,  # starts processes
+    pytest.mark.skipif(
+        not (dist.is_available() and dist.is_gloo_available()),
+        reason="torch.distributed with the gloo backend is not available",
+    ),
+]
 
 WORLD_SIZE = 2
 # A collective that waits this long fails in the worker; the join gives up a bit later.

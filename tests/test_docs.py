@@ -36,6 +36,8 @@ from tensortools import (
 )
 from tensortools.types.logging_tensor import LOGGER_NAME
 
+pytestmark = pytest.mark.slow  # runs every code example and builds the API reference
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 # Fenced blocks must say what they hold: code that runs (python, bash) or text that does
@@ -116,7 +118,7 @@ def _fences(path: Path) -> list[tuple[str, int, int]]:
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=_relative)
-def test_code_examples_run(path, python_on_path, restore_settings, capsys):
+def test_code_examples_run(path, python_on_path, restore_settings, summary_note):
     seen, skipped = [], []
     for example in _parse(path, python_on_path):
         seen.append(example.line)
@@ -141,9 +143,8 @@ def test_code_examples_run(path, python_on_path, restore_settings, capsys):
         if language in ("python", "bash") and not any(start <= n <= end for n in seen)
     ]
     assert not missed, f"{_relative(path)}: code blocks at lines {missed} were not run"
-    if skipped:
-        with capsys.disabled():
-            print(f"\n{_relative(path)}: not run: " + "; ".join(skipped))
+    for why in skipped:
+        summary_note(f"{_relative(path)}, example not run: {why}")
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=_relative)
@@ -247,3 +248,11 @@ def test_api_reference_builds_without_warnings(tmp_path):
         f"tensortools.{name}" for name in ("with_cuda",) if f'id="tensortools.{name}"' not in html
     ]
     assert not missing, f"not in the API reference: {missing}"
+
+
+def test_docs_write_no_count_of_the_suites_tests():
+    # A number that describes the project drifts unless a test checks it; the size of the
+    # suite changes with every feature, so the docs do not write it (pytest prints it).
+    for path in DOCUMENTS:
+        counts = re.findall(r"\b\d[\d,]*\+? (?:tests|test cases)\b", path.read_text())
+        assert not counts, f"{_relative(path)} states the suite's size: {counts}"

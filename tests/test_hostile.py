@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # starts processes
+
 ALLOWED = {"ok", "TypeError", "ValueError", "RuntimeError", "NotImplementedError"}
 
 

@@ -16,6 +16,8 @@ import torch
 
 from tensortools import nn, ops
 
+pytestmark = pytest.mark.slow  # opcheck over every layout
+
 T = torch.ops.tensortools
 D = torch.float64
 LAYOUTS = ["contiguous", "transposed", "channels_last", "expanded", "empty"]

@@ -261,6 +261,7 @@ def test_backward_op_honours_output_mask(mask):
 
 
 @pytest.mark.parametrize("geometry", [(2, 2, 3, 1, 1, 3, 5, 5), (1, 1, 2, 2, 0, 1, 4, 4)])
+@pytest.mark.slow
 def test_opcheck(geometry):
     cin, cout, k, s, p, n, h, w = geometry
     x = torch.randn(n, cin, h, w, requires_grad=True)

@@ -25,6 +25,8 @@ from hypothesis import strategies as st
 
 from tensortools import ops, reference
 
+pytestmark = pytest.mark.slow  # fuzzing
+
 ERRORS = (TypeError, ValueError, RuntimeError)
 FLOATS = (torch.float32, torch.float64)
 # Cases per operator: 400 in CI, more under a profile that asks for more.

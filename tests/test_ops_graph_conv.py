@@ -52,6 +52,7 @@ def test_gradcheck_dense(nodes, f_in, f_out):
     assert torch.autograd.gradgradcheck(ops.graph_conv, args)
 
 
+@pytest.mark.slow
 def test_opcheck_and_compile():
     args = _graph(5, 3, 4, dtype=torch.float32, requires_grad=True)
     torch.library.opcheck(torch.ops.tensortools.graph_conv.default, args)

@@ -151,6 +151,7 @@ def test_float32_saturation_is_exact():
     state=st.integers(1, 12),
     seed=st.integers(0, 2**31 - 1),
 )
+@pytest.mark.slow
 def test_random_shapes_match_reference(batch, features, state, seed):
     torch.manual_seed(seed)
     args = make_args(batch, features, state)
@@ -205,12 +206,14 @@ OPCHECK_SIZES = [(3, 5, 4), (1, 3, 4), (3, 0, 4), (0, 2, 3)]
 
 
 @pytest.mark.parametrize("batch,features,state", OPCHECK_SIZES)
+@pytest.mark.slow
 def test_opcheck_forward(batch, features, state):
     args = make_args(batch, features, state, requires_grad=True)
     torch.library.opcheck(torch.ops.tensortools.lltm_forward.default, args)
 
 
 @pytest.mark.parametrize("batch,features,state", OPCHECK_SIZES)
+@pytest.mark.slow
 def test_opcheck_backward(batch, features, state):
     args = make_args(batch, features, state)
     _, new_cell, gates, X = torch.ops.tensortools.lltm_forward(*args)

@@ -58,6 +58,7 @@ def test_matches_reference_loop_float64(steps, batch, features, state, device):
     state=st.integers(1, 6),
     seed=st.integers(0, 2**31 - 1),
 )
+@pytest.mark.slow
 def test_random_shapes_match_reference_loop(steps, batch, features, state, seed):
     torch.manual_seed(seed)
     args = make_sequence_args(steps, batch, features, state)
@@ -92,6 +93,7 @@ def test_gradcheck_no_steps_and_one_step():
 
 
 @pytest.mark.parametrize("size", [(32, 16, 32, 128), (8, 64, 1024, 128)])
+@pytest.mark.slow
 def test_float32_close_to_float64(size):
     # The float32 op is as close to the float64 maths as the float32 reference loop is
     # (errors grow along the recurrence alike): at most 2x its error plus 1e-6.
@@ -295,6 +297,7 @@ def test_compile_fullgraph_is_one_operator_node():
     torch.testing.assert_close(got, ops.lltm_sequence(*args), rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_compiled_training_step_matches_eager():
     def step(input, weights, bias, h0, c0):
         output, h_n, c_n = ops.lltm_sequence(input, weights, bias, h0, c0)
@@ -359,6 +362,7 @@ def test_module_batch_first():
     assert "batch_first=True" in repr(layer)
 
 
+@pytest.mark.slow
 def test_module_compiles_fullgraph():
     layer = nn.LLTMSequence(3, 4, batch_first=True).double()
     x = torch.randn(2, 5, 3, dtype=torch.float64)
@@ -502,6 +506,7 @@ def test_backward_op_checks_its_arguments():
         T_OPS.lltm_sequence_backward(grads[0], grads[1].float(), grads[2], *rest, mask)
 
 
+@pytest.mark.slow
 def test_hostile_calls_do_not_crash_the_process():
     # Mismatched saved tensors handed straight to the backward operator, and a forward
     # whose T x B overflows nothing but holds no elements: errors or results, never a crash.

@@ -123,6 +123,7 @@ values = st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.sampled_from(SPECIA
     dtype=st.sampled_from([torch.float32, torch.float64]),
     seed=st.integers(0, 999),
 )
+@pytest.mark.slow
 def test_structured_results_equal_dense(n, v, w, s, dtype, seed):
     torch.manual_seed(seed)
     d, e = ScalarTensor(n, v, dtype=dtype), ScalarTensor(n, w, dtype=dtype)
@@ -231,6 +232,7 @@ def test_kernels_accept_non_contiguous_input():
     torch.testing.assert_close(ops.scale(t, 1.5), t * 1.5)
 
 
+@pytest.mark.slow
 def test_kernels_gradcheck_and_opcheck():
     t = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
     v = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)

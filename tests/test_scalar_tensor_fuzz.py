@@ -15,6 +15,8 @@ from scalar_cases import CASES, assert_same, dense
 
 from tensortools import ScalarTensor
 
+pytestmark = pytest.mark.slow  # fuzzing
+
 ERRORS = (TypeError, ValueError, RuntimeError)
 # Cases combining the two ScalarTensors d and e: sizes that differ are refused even where
 # the dense matrices would broadcast (a 1×1 with an N×N).

@@ -312,6 +312,7 @@ TYPES = {
 
 
 @pytest.mark.parametrize("name", sorted(TYPES))
+@pytest.mark.slow
 def test_the_three_types_pass_the_quick_selection(name):
     cls, make, options = TYPES[name]
     checks = [c for c in options.get("checks", testing.CHECKS) if c != "compile"]

@@ -4,6 +4,7 @@ few seconds: no errors, no lost registrations, every result correct."""
 import threading
 import time
 
+import pytest
 import torch
 
 from tensortools import MetadataTensor, ScalarTensor, ops, reference
@@ -19,6 +20,7 @@ _FUNCS = [
 ][: THREADS * 12]
 
 
+@pytest.mark.slow
 def test_calls_and_registrations_from_eight_threads():
     class Shared(ScalarTensor):  # handlers registered concurrently land here
         pass

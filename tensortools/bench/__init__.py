@@ -10,7 +10,7 @@ never assertions.
 
 from tensortools.bench.conv_bn import ConvBNRow, conv_bn_rows, format_conv_bn_table
 from tensortools.bench.dispatch import compiled_chain_rows, dispatch_rows, format_dispatch_table
-from tensortools.bench.lltm import LLTM_SIZES, PHASES, format_table, lltm_rows
+from tensortools.bench.lltm import LLTM_SIZES, PHASES, format_table, lltm_rows, lltm_verdict
 from tensortools.bench.lltm_sequence import (
     SEQUENCE_SIZES,
     SEQUENCE_STEPS,
@@ -29,6 +29,7 @@ __all__ = [
     "kernel_count",
     "lltm_rows",
     "format_table",
+    "lltm_verdict",
     "SEQUENCE_SIZES",
     "SEQUENCE_STEPS",
     "SequenceRow",

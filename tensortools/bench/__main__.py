@@ -24,6 +24,7 @@ from tensortools.bench import (
     format_sequence_table,
     format_table,
     lltm_rows,
+    lltm_verdict,
     machine_summary,
     quiet_profiler,
     sequence_rows,
@@ -41,7 +42,8 @@ def _size(text: str) -> tuple[int, int, int]:
     return batch, features, state
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line parser (its options and their help)."""
     parser = argparse.ArgumentParser(prog="python -m tensortools.bench", description=__doc__)
     parser.add_argument(
         "--size",
@@ -56,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         choices=["float32", "float64", "bfloat16", "float16"],
         help="LLTM dtype (repeatable); default float32, and bfloat16 too on a GPU",
     )
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--device", default="cpu", help="device to time on: cpu (default), cuda or cuda:N"
+    )
     parser.add_argument(
         "--no-compile",
         action="store_true",
@@ -118,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--plot", metavar="PATH", help="also draw the results (PNG, SVG or PDF; needs matplotlib)"
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     quiet_profiler()
 
@@ -141,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress=progress,
             )
         print(format_table(lltm))
+        print("\n".join(lltm_verdict(lltm)))
         print(
             "kernels: per call, from torch.profiler (device kernels on a GPU; operators that "
             "compute on the CPU)"

@@ -31,14 +31,24 @@ def _kernel_times_us(fn, name_part: str, repeats: int) -> list[float]:
     return times
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line parser (its options and their help)."""
     parser = argparse.ArgumentParser(
         prog="python -m tensortools.bench.bandwidth", description=__doc__
     )
-    parser.add_argument("--batch", type=int, default=65536)
-    parser.add_argument("--state", type=int, default=1024)
-    parser.add_argument("--features", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=65536, help="LLTM batch B (default 65536)")
+    parser.add_argument("--state", type=int, default=1024, help="LLTM state size S (default 1024)")
+    parser.add_argument(
+        "--features", type=int, default=32, help="LLTM input features F (default 32)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=20, help="kernel runs timed per measurement (default 20)"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     quiet_profiler()
     if not torch.cuda.is_available():

@@ -13,7 +13,13 @@ from collections.abc import Callable
 import torch
 
 from tensortools import nn
-from tensortools.bench.timing import interleaved, saved_for_backward, time_call
+from tensortools.bench.timing import (
+    interleaved,
+    ratio_notes,
+    saved_for_backward,
+    time_call,
+    time_ratio,
+)
 
 __all__ = ["ConvBNRow", "conv_bn_rows", "format_conv_bn_table"]
 
@@ -33,6 +39,7 @@ class ConvBNRow:
     median_us: float
     iqr_us: float
     runs: int
+    noisy: bool = False  # the IQR is over NOISY_SPREAD of the median
 
 
 def _conv_bn_networks(dtype: torch.dtype, device: str) -> dict[str, torch.nn.Module]:
@@ -105,23 +112,30 @@ def conv_bn_rows(
         measures, rounds, progress, lambda name: f"conv-bn {name}: forward+backward"
     )
     return [
-        ConvBNRow(name, batch, *measured[name], p.median_us, p.iqr_us, p.calls)
+        ConvBNRow(name, batch, *measured[name], p.median_us, p.iqr_us, p.calls, p.noisy)
         for name, p in pooled.items()
     ]
 
 
 def format_conv_bn_table(rows: list[ConvBNRow]) -> str:
-    """A text table of conv_bn_rows, each figure also as a multiple of the first row's."""
+    """A text table of conv_bn_rows, each figure also as a ratio to the first row's (the
+    unfused network's)."""
     base = rows[0]
     mib = 2.0**20
     lines = [
-        f"{'variant':<22} {'saved for backward':>26} {'peak memory':>20} {'forward+backward':>28}"
+        f"{'variant':<22} {'saved for backward, ratio':>33} {'peak memory, ratio':>21} "
+        f"{'forward+backward, time ratio':>35}"
     ]
+    any_noisy = False
     for r in rows:
+        noisy = r.noisy or base.noisy
+        any_noisy |= noisy
         lines.append(
             f"{r.variant:<22} {r.saved_bytes / mib:>8.1f} MiB ({r.saved_tensors:>2} tensors) "
             f"{r.saved_bytes / base.saved_bytes:>5.2f}x {r.peak_bytes / mib:>8.1f} MiB "
             f"{r.peak_bytes / base.peak_bytes:>5.2f}x {r.median_us / 1e3:>8.2f}ms "
-            f"(IQR {r.iqr_us / 1e3:>5.2f}) {r.median_us / base.median_us:>5.2f}x"
+            f"(IQR {r.iqr_us / 1e3:>5.2f}) {time_ratio(r.median_us, base.median_us, noisy):>7}"
         )
+    what = f"ratios: the row's figure over {base.variant}'s (below 1.00x: less memory, or faster)"
+    lines.append(ratio_notes(base.variant, any_noisy, what))
     return "\n".join(lines)

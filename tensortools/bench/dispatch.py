@@ -7,9 +7,12 @@ from collections.abc import Iterable
 
 import torch
 
-from tensortools.bench.timing import Row, interleaved, time_call
+from tensortools.bench.timing import Row, interleaved, ratio_notes, time_call, time_ratio
 
-__all__ = ["compiled_chain_rows", "dispatch_rows", "format_dispatch_table"]
+__all__ = ["PROTOCOL", "compiled_chain_rows", "dispatch_rows", "format_dispatch_table"]
+
+#: The row of the protocol's own cost: a subclass that returns without computing.
+PROTOCOL = "the protocol alone (no work)"
 
 
 class _PassThrough(torch.Tensor):
@@ -18,7 +21,8 @@ class _PassThrough(torch.Tensor):
 
 class _ProtocolOnly(torch.Tensor):
     """The floor of any __torch_function__ type: the protocol's own cost. It returns its
-    first argument without computing anything, so it is only a yardstick."""
+    first argument without computing anything, so it is only a yardstick (timed on one
+    element, where the call itself costs little)."""
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -46,8 +50,8 @@ def dispatch_rows(
     """Per-call cost of torch.add and torch.sin on each tensor type against a plain
     tensor: 1-element tensors (size 1) and size×size ones.
 
-    "protocol only" is a subclass whose __torch_function__ returns at once without
-    running the call: the floor for any type built on the protocol. MetadataTensor,
+    "the protocol alone" (size 1 only) is a subclass whose __torch_function__ returns at
+    once without running the call: the floor for any type built on the protocol. MetadataTensor,
     LoggingTensor and the user type (a TensorWrapper with a handler for abs) have a
     handler for neither call: both take the common path, compiled in C. MetadataTensor
     with tracking off runs the plain call alone: the cost of reaching a plain call from
@@ -65,13 +69,15 @@ def dispatch_rows(
         x = torch.randn(shape)
         cases = {
             "plain Tensor": x,
-            "protocol only (no work)": x.as_subclass(_ProtocolOnly),
+            PROTOCOL: x.as_subclass(_ProtocolOnly),
             "pass-through subclass": x.as_subclass(_PassThrough),
             "MetadataTensor": MetadataTensor(x, {"k": 1}),
             "LoggingTensor (no listener)": LoggingTensor(x),
             "user TensorWrapper type": user_type._make(x),
             "ScalarTensor": ScalarTensor(n, 2.0),  # add is structured, sin runs dense
         }
+        if n != 1:
+            del cases[PROTOCOL]  # computes nothing: a yardstick for the per-call cost only
         measures = {}
         for name, t in cases.items():
             measures[name, "torch.add"] = lambda t=t: time_call(
@@ -106,7 +112,9 @@ def dispatch_rows(
 
         measures["LoggingTensor (capturing)", "torch.add"] = logged_add
         for (name, op), p in interleaved(measures, rounds).items():
-            rows.append(Row((n,), "float32", "cpu", name, op, p.median_us, p.iqr_us, p.calls))
+            rows.append(
+                Row((n,), "float32", "cpu", name, op, p.median_us, p.iqr_us, p.calls, None, p.noisy)
+            )
     return rows
 
 
@@ -146,28 +154,32 @@ def compiled_chain_rows(
     rows = []
     for (name, phase), p in interleaved(measures, rounds).items():
         count = graphs[name] if phase == "compiled chain" else None
-        rows.append(Row((n,), "float32", "cpu", name, phase, p.median_us, p.iqr_us, p.calls, count))
+        rows.append(
+            Row((n,), "float32", "cpu", name, phase, p.median_us, p.iqr_us, p.calls, count, p.noisy)
+        )
     return rows
 
 
 def format_dispatch_table(rows: list[Row]) -> str:
-    """A text table of dispatch_rows (or compiled_chain_rows), with each median as a
-    multiple of plain Tensor's in the same call and size."""
-    base = {(r.size, r.phase): r.median_us for r in rows if r.variant == "plain Tensor"}
-    lines = [f"{'tensors':<14} {'call':<15} {'type':<30} {'median':>10} {'vs plain':>9}"]
+    """A text table of dispatch_rows (or compiled_chain_rows), with each median's time
+    ratio to plain Tensor's in the same call and size."""
+    base = {(r.size, r.phase): r for r in rows if r.variant == "plain Tensor"}
+    lines = [
+        f"{'tensors':<14} {'call':<15} {'type':<30} {'median':>10} {'IQR':>9} {'time ratio':>10}"
+    ]
+    any_noisy = False
     for r in rows:
         if r.size == (1,) or r.phase.endswith("chain"):  # (the chains' size: elements)
             size = "1 element" if r.size == (1,) else f"{r.size[0]} elements"
         else:
             size = f"{r.size[0]}x{r.size[0]}"
-        ratio = r.median_us / base[(r.size, r.phase)]
+        b = base[(r.size, r.phase)]
+        noisy = r.noisy or b.noisy
+        any_noisy |= noisy
         graphs = f"  ({r.kernels} graph{'s' * (r.kernels != 1)})" if r.kernels else ""
         lines.append(
-            f"{size:<14} {r.phase:<15} {r.variant:<30} {r.median_us:>8.2f}us {ratio:>8.2f}x"
-            + graphs
+            f"{size:<14} {r.phase:<15} {r.variant:<30} {r.median_us:>8.2f}us "
+            f"{r.iqr_us:>7.2f}us {time_ratio(r.median_us, b.median_us, noisy):>10}" + graphs
         )
+    lines.append(ratio_notes("a plain Tensor in the same call and size", any_noisy))
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------
-# fused Conv2d + BatchNorm2d

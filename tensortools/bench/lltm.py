@@ -10,24 +10,57 @@ import torch
 from torch.utils import benchmark
 
 from tensortools import ops, reference
-from tensortools.bench.timing import Row, interleaved, kernel_count, time_call, time_each
+from tensortools.bench.timing import (
+    Row,
+    interleaved,
+    kernel_count,
+    ratio_notes,
+    time_call,
+    time_each,
+    time_ratio,
+)
 
-__all__ = ["LLTM_SIZES", "PHASES", "lltm_rows", "format_table"]
+__all__ = [
+    "LLTM_SIZES",
+    "PHASES",
+    "EAGER",
+    "OP",
+    "PRODUCTS",
+    "lltm_rows",
+    "format_table",
+    "lltm_verdict",
+]
 
 #: LLTM sizes (batch, features, state): the tutorial size, a wider input, a larger cell.
 LLTM_SIZES: tuple[tuple[int, int, int], ...] = ((16, 32, 128), (64, 1024, 128), (256, 1024, 512))
 PHASES = ("forward", "backward", "forward+backward")
+EAGER, OP = "reference (eager)", "tensortools op"
+#: The matrix products the cell needs (forward: the gates; backward: the gradients of the
+#: weights and of [h, input]), from Python with nothing else: what any LLTM pays.
+PRODUCTS = "its matrix products alone"
 
 
 def _lltm_variants(compile: bool) -> dict[str, Callable]:
-    variants = {"reference (eager)": reference.lltm}
+    variants = {EAGER: reference.lltm}
     if compile:
         # A fresh dynamo cache for each size: otherwise the second size would recompile
         # with symbolic shapes and time slower, dynamic-shape code.
         torch._dynamo.reset()
         variants["reference (torch.compile)"] = torch.compile(reference.lltm)
-    variants["tensortools op"] = ops.lltm
+    variants[OP] = ops.lltm
     return variants
+
+
+def _products(params: list, backward: bool) -> None:
+    """The cell's matrix products on operands of its shapes (see PRODUCTS)."""
+    input, weights, bias, h, _ = params
+    with torch.no_grad():
+        x = torch.cat([h, input], dim=1)
+        gates = torch.addmm(bias, x, weights.t())
+        if backward:
+            d_gates = gates  # (any B×3S operand: products take the same time)
+            d_gates.t().mm(x)
+            d_gates.mm(weights)
 
 
 def lltm_rows(
@@ -99,6 +132,13 @@ def lltm_rows(
             measures[name, "forward+backward"] = lambda f=both: time_call(f, min_run_time)
             steps[name, "forward"], steps[name, "forward+backward"] = forward, both
 
+        for phase, with_backward in (("forward", False), ("forward+backward", True)):
+
+            def products(with_backward=with_backward):
+                _products(next(sets)[0], with_backward)
+
+            measures[PRODUCTS, phase] = lambda f=products: time_call(f, min_run_time)
+            steps[PRODUCTS, phase] = products
         kernels = {key: kernel_count(step, device) for key, step in steps.items()}
         for name in variants:
             kernels[name, "backward"] = kernels[name, "forward+backward"] - kernels[name, "forward"]
@@ -117,25 +157,65 @@ def lltm_rows(
                     p.iqr_us,
                     p.calls,
                     kernels[name, phase],
+                    p.noisy,
                 )
             )
     return rows
 
 
-def format_table(rows: list[Row], baseline: str = "reference (eager)") -> str:
-    """A text table: one line per size, phase and variant, with the speed-up over
-    `baseline` (its median divided by the variant's) and the kernels per call."""
-    base = {(r.size, r.phase, r.dtype): r.median_us for r in rows if r.variant == baseline}
+def format_table(rows: list[Row], baseline: str = EAGER) -> str:
+    """A text table: one line per size, phase and variant, with the time ratio to
+    `baseline` at the same size and phase (the variant's median over its) and the
+    kernels per call; the notes under it say what the ratios are."""
+    base = {(r.size, r.phase, r.dtype): r for r in rows if r.variant == baseline}
     lines = [
         f"{'size (B/F/S)':<14} {'dtype':<8} {'phase':<17} {'variant':<26} "
-        f"{'median':>10} {'IQR':>9} {'speed-up':>9} {'kernels':>8}"
+        f"{'median':>10} {'IQR':>9} {'time ratio':>10} {'kernels':>8}"
     ]
-    for r in rows:
+    any_noisy = False
+    for r in sorted(rows, key=lambda r: (r.dtype, r.size, PHASES.index(r.phase))):
         size = "/".join(map(str, r.size))
-        ratio = base.get((r.size, r.phase, r.dtype), float("nan")) / r.median_us
+        b = base.get((r.size, r.phase, r.dtype))
+        noisy = r.noisy or (b is not None and b.noisy)
+        any_noisy |= noisy
+        ratio = time_ratio(r.median_us, b.median_us if b else None, noisy)
         kernels = "" if r.kernels is None else str(r.kernels)
         lines.append(
             f"{size:<14} {r.dtype:<8} {r.phase:<17} {r.variant:<26} "
-            f"{r.median_us:>8.1f}us {r.iqr_us:>7.1f}us {ratio:>8.2f}x {kernels:>8}"
+            f"{r.median_us:>8.1f}us {r.iqr_us:>7.1f}us {ratio:>10} {kernels:>8}"
         )
+    lines.append(ratio_notes(f"the {baseline} at the same size and phase", any_noisy))
     return "\n".join(lines)
+
+
+def lltm_verdict(rows: list[Row], phase: str = "forward+backward") -> list[str]:
+    """One line per size and dtype: whether the fused op beats the eager reference in
+    `phase`, and where it does not, why, from the measured matrix products."""
+    by = {(r.size, r.dtype, r.variant): r for r in rows if r.phase == phase}
+    lines = []
+    for size, dtype in dict.fromkeys((r.size, r.dtype) for r in rows if r.phase == phase):
+        eager, op = by.get((size, dtype, EAGER)), by.get((size, dtype, OP))
+        if eager is None or op is None:
+            continue
+        where = f"{'/'.join(map(str, size))} {dtype}, {phase}"
+        ratio = op.median_us / eager.median_us
+        if op.noisy or eager.noisy:
+            lines.append(
+                f"{where}: {ratio:.2f}x eager's time, but the machine was busy (the runs "
+                "disagree), so this run cannot tell whether the fused op wins"
+            )
+        elif ratio < 0.9:
+            lines.append(f"{where}: the fused op wins: {ratio:.2f}x eager's time")
+        else:
+            products = by.get((size, dtype, PRODUCTS))
+            why = "little is left to fuse"
+            if products is not None and not products.noisy:
+                why = (
+                    f"its matrix products alone take {products.median_us / eager.median_us:.2f}x"
+                    " eager's time, the same library calls in both, which leaves little for "
+                    "fusing the pointwise work to save"
+                )
+            lines.append(
+                f"{where}: the fused op does not win clearly ({ratio:.2f}x eager's time): {why}"
+            )
+    return lines

@@ -16,7 +16,14 @@ import torch
 from torch import Tensor
 
 from tensortools import ops, reference
-from tensortools.bench.timing import interleaved, saved_for_backward, sync, time_call
+from tensortools.bench.timing import (
+    interleaved,
+    ratio_notes,
+    saved_for_backward,
+    sync,
+    time_call,
+    time_ratio,
+)
 
 __all__ = [
     "SEQUENCE_SIZES",
@@ -32,6 +39,7 @@ __all__ = [
 SEQUENCE_SIZES: tuple[tuple[int, int, int], ...] = ((16, 32, 128), (64, 1024, 128))
 SEQUENCE_STEPS: tuple[int, ...] = (32, 128)
 
+EAGER_LOOP = "reference loop (eager)"
 OP = "ops.lltm_sequence"
 PRODUCTS = "its matrix products alone"
 NO_INPUT_GRAD = "input needs no grad"
@@ -52,6 +60,7 @@ class SequenceRow:
     gflops: float  # sequence_flops / median
     gemm_gflops: float  # the machine's large-GEMM throughput, same run
     saved_bytes: int | None  # saved for backward beyond the arguments (None: not measured)
+    noisy: bool = False  # the IQR is over NOISY_SPREAD of the median
 
 
 def sequence_flops(steps: int, size: tuple[int, int, int], input_grad: bool = True) -> float:
@@ -156,9 +165,7 @@ def sequence_rows(
         sets = itertools.cycle([make_set() for _ in range(2)])
         # name -> (function, whether the input needs a gradient): a model's input data
         # seldom does, and then the op leaves out the product that gives it.
-        variants: dict[str, tuple[Callable, bool]] = {
-            "reference loop (eager)": (reference.lltm_sequence, True)
-        }
+        variants: dict[str, tuple[Callable, bool]] = {EAGER_LOOP: (reference.lltm_sequence, True)}
         if compile:
             # A fresh dynamo cache for each size: otherwise the second size would recompile
             # with symbolic shapes and time slower, dynamic-shape code.
@@ -169,7 +176,7 @@ def sequence_rows(
             )
         variants["fused cell loop (ops.lltm)"] = (_cell_loop, True)
         variants[OP] = (ops.lltm_sequence, True)
-        variants[f"reference loop (eager), {NO_INPUT_GRAD}"] = (reference.lltm_sequence, False)
+        variants[f"{EAGER_LOOP}, {NO_INPUT_GRAD}"] = (reference.lltm_sequence, False)
         variants[f"{OP}, {NO_INPUT_GRAD}"] = (ops.lltm_sequence, False)
 
         measures = {}
@@ -215,40 +222,41 @@ def sequence_rows(
                     flops / p.median_us / 1e3,
                     gemm,
                     saved[name],
+                    p.noisy,
                 )
             )
     return rows
 
 
 def format_sequence_table(rows: list[SequenceRow]) -> str:
-    """One line per size, length and variant: the median, the op's speed-up over the
-    variant (the variant's median divided by the op's in the same case: with or without
-    the input's gradient), GFLOP/s and their share of the large GEMM's, and the
-    megabytes saved for backward. GFLOP/s count the products a variant needs (without
-    the input's gradient, fewer: :func:`sequence_flops`)."""
-    op = {(r.size, r.steps, r.dtype): r.median_us for r in rows if r.variant == OP}
-    op_no_grad = {
-        (r.size, r.steps, r.dtype): r.median_us
-        for r in rows
-        if r.variant == f"{OP}, {NO_INPUT_GRAD}"
-    }
+    """One line per size, length and variant: the median, the time ratio to the eager
+    reference loop in the same case (with or without the input's gradient), GFLOP/s and
+    their share of the large GEMM's, and the megabytes saved for backward. GFLOP/s count
+    the products a variant needs (without the input's gradient, fewer:
+    :func:`sequence_flops`)."""
+    base = {(r.size, r.steps, r.dtype, r.variant): r for r in rows}
     lines = [
         f"{'size (B/F/S)':<14} {'T':>4} {'dtype':<8} {'variant':<44} {'median':>10} "
-        f"{'IQR':>9} {'op faster':>9} {'GFLOP/s':>8} {'of GEMM':>8} {'saved':>9}"
+        f"{'IQR':>9} {'time ratio':>10} {'GFLOP/s':>8} {'of GEMM':>8} {'saved':>9}"
     ]
+    any_noisy = False
     for r in rows:
         size = "/".join(map(str, r.size))
-        same_case = op_no_grad if r.variant.endswith(NO_INPUT_GRAD) else op
-        ratio = r.median_us / same_case.get((r.size, r.steps, r.dtype), float("nan"))
+        case = f"{EAGER_LOOP}, {NO_INPUT_GRAD}" if r.variant.endswith(NO_INPUT_GRAD) else EAGER_LOOP
+        b = base.get((r.size, r.steps, r.dtype, case))
+        noisy = r.noisy or (b is not None and b.noisy)
+        any_noisy |= noisy
+        ratio = time_ratio(r.median_us, b.median_us if b else None, noisy)
         saved = "" if r.saved_bytes is None else f"{r.saved_bytes / 2**20:.1f} MB"
         lines.append(
             f"{size:<14} {r.steps:>4} {r.dtype:<8} {r.variant:<44} {r.median_us / 1e3:>8.2f}ms "
-            f"{r.iqr_us / 1e3:>7.2f}ms {ratio:>8.2f}x {r.gflops:>8.1f} "
+            f"{r.iqr_us / 1e3:>7.2f}ms {ratio:>10} {r.gflops:>8.1f} "
             f"{r.gflops / r.gemm_gflops:>7.0%} {saved:>9}"
         )
     if rows:
+        lines.append(ratio_notes(f"the {EAGER_LOOP} in the same case", any_noisy))
         lines.append(
-            f"large GEMM: {rows[0].gemm_gflops:.1f} GFLOP/s; 'op faster': the variant's "
-            f"median / {OP}'s; 'saved': bytes kept for backward beyond the arguments"
+            f"large GEMM: {rows[0].gemm_gflops:.1f} GFLOP/s; 'saved': bytes kept for backward "
+            "beyond the arguments"
         )
     return "\n".join(lines)

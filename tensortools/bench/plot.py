@@ -53,12 +53,12 @@ def _lltm_panel(ax, rows: list[dict]) -> None:
     for r in rows:
         if r["phase"] == "forward+backward":
             i = keys.index((tuple(r["size"]), r["dtype"]))
-            series[r["variant"]][i] = base[keys[i] + ("forward+backward",)] / r["median_us"]
+            series[r["variant"]][i] = r["median_us"] / base[keys[i] + ("forward+backward",)]
     _bars(
         ax,
         groups,
         dict(series),
-        "speed-up over eager (x)",
+        "time ratio to eager (below 1: faster)",
         f"LLTM forward+backward ({rows[0]['device']})",
         reference=1.0,
     )
@@ -105,7 +105,7 @@ def _dispatch_panel(ax, rows: list[dict]) -> None:
         ax,
         groups,
         dict(series),
-        "time per call / plain Tensor (x)",
+        "time ratio to plain Tensor (per call)",
         "Per-call cost of the tensor types",
         log=True,
         reference=1.0,
@@ -113,23 +113,21 @@ def _dispatch_panel(ax, rows: list[dict]) -> None:
 
 
 def _scalar_panel(ax, rows: list[dict]) -> None:
-    structured = {
-        (r["size"][0], r["phase"]): r["median_us"]
-        for r in rows
-        if r["variant"] == "ScalarTensor (structured)"
+    dense = {
+        (r["size"][0], r["phase"]): r["median_us"] for r in rows if r["variant"] == "dense matrix"
     }
-    keys = sorted(structured)
+    keys = sorted(dense)
     groups = [f"N={n}\n{op}" for n, op in keys]
     series: dict[str, list[float]] = defaultdict(lambda: [float("nan")] * len(keys))
     for r in rows:
-        if r["variant"] != "ScalarTensor (structured)":
+        if r["variant"] != "dense matrix":
             i = keys.index((r["size"][0], r["phase"]))
-            series[r["variant"]][i] = r["median_us"] / structured[keys[i]]
+            series[r["variant"]][i] = r["median_us"] / dense[keys[i]]
     _bars(
         ax,
         groups,
         dict(series),
-        "dense time / structured time (x)",
+        "time ratio to the dense matrix",
         "ScalarTensor structured vs dense",
         log=True,
         reference=1.0,
@@ -148,7 +146,7 @@ def _conv_bn_panel(ax, rows: list[dict]) -> None:
         ax,
         [m for m, _ in metrics],
         series,
-        f"relative to {base['variant']} (x)",
+        f"ratio to {base['variant']}",
         f"Two conv-bn layers, batch {base['batch']}, training step",
         reference=1.0,
     )
@@ -186,10 +184,16 @@ def plot_results(results: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line parser (its options and their help)."""
     parser = argparse.ArgumentParser(prog="python -m tensortools.bench.plot", description=__doc__)
     parser.add_argument("results", help="JSON written by python -m tensortools.bench --json")
     parser.add_argument("output", help="image to write (.png, .svg, .pdf)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     with open(args.results) as f:
         plot_results(json.load(f), args.output)

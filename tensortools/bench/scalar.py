@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from tensortools.bench.timing import Row, interleaved, time_call
+from tensortools.bench.timing import Row, interleaved, ratio_notes, time_call, time_ratio
 
 __all__ = ["SCALAR_SIZES", "scalar_rows", "format_scalar_table"]
 
@@ -64,25 +64,28 @@ def scalar_rows(
                     p.median_us,
                     p.iqr_us,
                     p.calls,
+                    None,
+                    p.noisy,
                 )
             )
     return rows
 
 
 def format_scalar_table(rows: list[Row]) -> str:
-    """A text table of scalar_rows: each dense variant's median over the structured one's
-    (how many times faster the structured handler is)."""
-    structured = {(r.size, r.phase): r.median_us for r in rows if r.variant == STRUCTURED}
+    """A text table of scalar_rows: each variant's time ratio to the dense matrix given
+    ready (the structured handler's is far below 1)."""
+    dense = {(r.size, r.phase): r for r in rows if r.variant == DENSE}
     lines = [
-        f"{'N':>6} {'operation':<12} {'variant':<36} {'median':>12} {'IQR':>11} "
-        f"{'structured faster by':>21}"
+        f"{'N':>6} {'operation':<12} {'variant':<36} {'median':>12} {'IQR':>11} {'time ratio':>10}"
     ]
+    any_noisy = False
     for r in rows:
-        line = (
+        b = dense.get((r.size, r.phase))
+        noisy = r.noisy or (b is not None and b.noisy)
+        any_noisy |= noisy
+        lines.append(
             f"{r.size[0]:>6} {r.phase:<12} {r.variant:<36} {r.median_us:>10.1f}us "
-            f"{r.iqr_us:>9.1f}us"
+            f"{r.iqr_us:>9.1f}us {time_ratio(r.median_us, b.median_us if b else None, noisy):>10}"
         )
-        if r.variant != STRUCTURED:
-            line += f" {r.median_us / structured[(r.size, r.phase)]:>20.1f}x"
-        lines.append(line)
+    lines.append(ratio_notes(f"the {DENSE} in the same operation and N", any_noisy))
     return "\n".join(lines)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable
 
@@ -23,7 +24,14 @@ __all__ = [
     "quiet_profiler",
     "kernel_count",
     "saved_for_backward",
+    "NOISY_SPREAD",
+    "time_ratio",
+    "ratio_notes",
 ]
+
+#: A measurement whose runs spread (IQR) over more than this share of its median is
+#: noisy: its median, and any ratio with it, may be off by about as much.
+NOISY_SPREAD = 0.2
 
 
 @dataclasses.dataclass
@@ -43,6 +51,7 @@ class Row:
     iqr_us: float
     runs: int
     kernels: int | None = None  # per call, see kernel_count
+    noisy: bool = False  # the IQR is over NOISY_SPREAD of the median
 
 
 def _cpu_name() -> str:
@@ -129,12 +138,22 @@ def saved_for_backward(
 
 @dataclasses.dataclass
 class Pooled:
-    """The runs of one measurement over all rounds: median and IQR in microseconds, and
-    the number of timed calls."""
+    """The runs of one measurement over all rounds: median and IQR in microseconds, the
+    number of timed calls and of rounds, and how far the rounds' own medians disagree
+    (their interquartile range, or their range for two rounds, over the median)."""
 
     median_us: float
     iqr_us: float
     calls: int
+    rounds: int = 1
+    round_spread: float = 0.0
+
+    @property
+    def noisy(self) -> bool:
+        """Whether the runs spread, or the rounds disagree, by more than NOISY_SPREAD of
+        the median: a slow spell of the machine can fill one round, whose runs then agree
+        with each other and not with the other rounds'."""
+        return self.iqr_us > NOISY_SPREAD * self.median_us or self.round_spread > NOISY_SPREAD
 
 
 def interleaved(
@@ -142,22 +161,72 @@ def interleaved(
     rounds: int,
     progress: Callable[[str], None] | None = None,
     describe: Callable[[object], str] = str,
+    extra_budget: float | None = None,
 ) -> dict:
     """Take every measurement (key -> function returning a benchmark.Measurement) once
     per round, the rounds interleaved so that a slow spell of the machine falls on every
-    key alike, and pool each key's runs."""
+    key alike, and pool each key's runs.
+
+    Keys whose pooled runs are still noisy (:data:`NOISY_SPREAD`) then get more rounds,
+    interleaved among themselves, until they are not or the extra rounds have taken
+    `extra_budget` seconds (default: as long as the planned rounds took; 0: none). A key
+    still noisy then is reported as such (``Pooled.noisy``).
+    """
     runs: dict = {key: [] for key in measures}
+    start = time.perf_counter()
     for r in range(rounds):
         for key, measure in measures.items():
             if progress:
                 progress(f"{describe(key)} (round {r + 1}/{rounds})")
             runs[key].append(measure())
-    pooled = {}
-    for key, ms in runs.items():
-        calls = sum(len(m.raw_times) * m.number_per_run for m in ms)
-        (m,) = benchmark.Measurement.merge(ms)
-        pooled[key] = Pooled(m.median * 1e6, m.iqr * 1e6, calls)
+    budget = time.perf_counter() - start if extra_budget is None else extra_budget
+    pooled = {key: _pool(ms) for key, ms in runs.items()}
+    start = time.perf_counter()
+    while time.perf_counter() - start < budget:
+        noisy = [key for key, p in pooled.items() if p.noisy]
+        if not noisy:
+            break
+        for key in noisy:
+            if progress:
+                progress(f"{describe(key)} (noisy: one more round)")
+            runs[key].append(measures[key]())
+            pooled[key] = _pool(runs[key])
     return pooled
+
+
+def _pool(ms: list[benchmark.Measurement]) -> Pooled:
+    calls = sum(len(m.raw_times) * m.number_per_run for m in ms)
+    medians = [m.median for m in ms]
+    if len(medians) >= 3:
+        q1, _, q3 = statistics.quantiles(medians, n=4, method="inclusive")
+        disagreement = q3 - q1
+    else:
+        disagreement = max(medians) - min(medians)
+    (m,) = benchmark.Measurement.merge(ms)
+    return Pooled(m.median * 1e6, m.iqr * 1e6, calls, len(ms), disagreement / m.median)
+
+
+def time_ratio(median_us: float, base_us: float | None, noisy: bool = False) -> str:
+    """A row's median over its baseline's, as text: "0.62x", with "?" after it when the
+    row or its baseline is noisy (see :func:`ratio_notes`)."""
+    if not base_us:
+        return "  -  "
+    ratio = median_us / base_us
+    text = f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
+    return text + ("?" if noisy else " ")
+
+
+def ratio_notes(baseline: str, any_noisy: bool, what: str = "") -> str:
+    """The lines under a table that say what its ratios are (`what`: another first line,
+    for a table of other ratios besides time)."""
+    lines = [what or f"time ratio: the row's median over that of {baseline} (below 1.00x: faster)"]
+    if any_noisy:
+        lines.append(
+            f"?: this row's or its baseline's runs spread (IQR), or its rounds disagree, by "
+            f"more than {NOISY_SPREAD:.0%} of the median even after longer measuring: the "
+            "machine was busy, and the ratio is uncertain by about as much"
+        )
+    return "\n".join(lines)
 
 
 # Operators that only make views or allocate: no kernel runs for them.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 
 import torch
 
@@ -49,8 +48,8 @@ _DESCRIPTION = (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The command ``python -m tensortools.coverage TYPE... [options]``; returns its exit status."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line parser (its options and their help)."""
     parser = argparse.ArgumentParser(
         prog="python -m tensortools.coverage", description=_DESCRIPTION
     )
@@ -60,11 +59,25 @@ def main(argv: list[str] | None = None) -> int:
         metavar="TYPE",
         help=f"{', '.join(sorted(_own_types()))} or pkg.module.Type",
     )
-    parser.add_argument("--format", choices=["text", "markdown", "json"], default="text")
+    parser.add_argument(
+        "--format",
+        choices=["text", "markdown", "json"],
+        default="text",
+        help="text (default: the summary, then what failed), markdown (as docs/coverage.md) "
+        "or json (everything)",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="text: list every function and its samples, grouped by outcome, after the summary",
+    )
     parser.add_argument(
         "--failures-only",
         action="store_true",
-        help="list only the functions with wrong or erroring samples",
+        help="text: the summary and what failed only (the default; kept for old scripts)",
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar on stderr while samples run"
     )
     parser.add_argument(
         "--no-samples", action="store_true", help="classify only; do not run op_db samples"
@@ -78,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also run tensortools.testing.check_type with these checks (comma-separated, "
         "or 'all'; the type's coverage hooks make its instances); exit status 1 on failures",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command ``python -m tensortools.coverage TYPE... [options]``; returns its exit status."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.check:
         from tensortools import testing
@@ -97,16 +116,16 @@ def main(argv: list[str] | None = None) -> int:
                 cls,
                 samples=not args.no_samples,
                 max_samples=args.max_samples,
-                progress=sys.stderr.isatty(),
+                progress=not args.no_progress,
             )
         except TypeError as err:
             parser.error(str(err))
         if args.format == "json":
             outputs.append(rep.to_json())
         elif args.format == "markdown":
-            outputs.append(rep.to_markdown(only_failures=True))
+            outputs.append(rep.to_markdown())
         else:
-            outputs.append(rep.to_text(only_failures=args.failures_only))
+            outputs.append(rep.to_text(full=args.all and not args.failures_only))
     if args.format == "markdown":
         outputs.insert(
             0,

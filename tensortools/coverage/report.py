@@ -6,11 +6,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import textwrap
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from tensortools.coverage.classify import OUTCOMES, outcome, overridable_functions
-from tensortools.coverage.samples import SAMPLE_RESULTS, SampleResult, check_sample, sample_cases
+from tensortools.coverage.samples import (
+    SAMPLE_RESULTS,
+    SampleResult,
+    check_sample,
+    op_db_size,
+    sample_cases,
+)
 from tensortools.dispatch import TorchFunctionTable
 
 __all__ = ["FunctionCoverage", "CoverageReport", "report"]
@@ -31,7 +38,16 @@ class FunctionCoverage:
     @property
     def failed(self) -> bool:
         """Whether a sample was not answered correctly (wrong, refused or an error)."""
-        return any(self.samples.get(r) for r in ("wrong", "refused", "error"))
+        return any(self.samples.get(r) for r in _FAILED)
+
+
+#: What each sample result means, for the reports.
+_SAMPLE_MEANS = {
+    "correct": "the plain call's answer",
+    "wrong": "another answer, or one that breaks the type's rules",
+    "refused": "a TypeError",
+    "error": "another exception",
+}
 
 
 @dataclasses.dataclass
@@ -39,6 +55,9 @@ class CoverageReport:
     type_name: str
     functions: list[FunctionCoverage]
     note: str = ""  # why samples were not run, if they were asked for and not run
+    #: what each outcome means for this type (see TorchFunctionTable.handled_means)
+    means: dict[str, str] = dataclasses.field(default_factory=dict)
+    max_samples: int = 0  # op_db samples per operator (0: none run)
 
     def counts(self) -> dict[str, int]:
         """Functions per outcome, and samples per result."""
@@ -53,72 +72,175 @@ class CoverageReport:
     def failures(self) -> list[FunctionCoverage]:
         return [f for f in self.functions if f.failed]
 
+    def failure_groups(self) -> list[tuple[str, str, list[FunctionCoverage]]]:
+        """(result, reason, functions) for the samples not answered correctly: functions
+        whose first such sample failed alike share a group; errors and wrong answers
+        first."""
+        groups: dict[tuple[str, str], list[FunctionCoverage]] = {}
+        for f in self.failures():
+            result = next(r for r in ("error", "wrong", "refused") if f.samples.get(r))
+            groups.setdefault((result, f.reason), []).append(f)
+        order = {"error": 0, "wrong": 1, "refused": 2}
+        return [
+            (result, reason, fs)
+            for (result, reason), fs in sorted(groups.items(), key=lambda kv: order[kv[0][0]])
+        ]
+
+    def summary(self) -> list[str]:
+        """The counts, each with what it means for this type: the report's first lines."""
+        c = self.counts()
+        total = sum(c[o] for o in OUTCOMES)
+        lines = [
+            f"{self.type_name}: {total} overridable functions (torch.overrides, tensortools.ops)"
+        ]
+        lines += [f"  {c[o]:>5} {o:<9} {self.means.get(o, '')}".rstrip() for o in OUTCOMES]
+        run = sum(c[f"samples {r}"] for r in SAMPLE_RESULTS)
+        if self.note:
+            lines.append(self.note)
+        elif self.max_samples:
+            lines.append(
+                f"op_db samples (up to {self.max_samples} per operator, float32, CPU) that a "
+                f"{self.type_name} can stand in for: {run} run"
+            )
+            lines += [f"  {c[f'samples {r}']:>5} {r:<9} {_SAMPLE_MEANS[r]}" for r in SAMPLE_RESULTS]
+        return lines
+
     def to_json(self) -> str:
         return json.dumps(
             {
                 "type": self.type_name,
                 "counts": self.counts(),
+                "means": self.means,
                 "functions": [dataclasses.asdict(f) for f in self.functions],
             },
             indent=1,
         )
 
-    def to_text(self, only_failures: bool = False) -> str:
-        rows = self.failures() if only_failures else self.functions
-        lines = [f"{'function':<56} {'outcome':<9} samples (correct/wrong/refused/error)"]
-        for f in rows:
-            s = "/".join(str(f.samples.get(r, 0)) for r in SAMPLE_RESULTS) if f.samples else "-"
-            lines.append(f"{f.name:<56} {f.outcome:<9} {s}" + (f"  {f.reason}" if f.reason else ""))
-        lines.append("")
-        lines.append(
-            f"{self.type_name}: " + ", ".join(f"{k} {v}" for k, v in self.counts().items())
-        )
-        if self.note:
-            lines.append(self.note)
+    def to_text(self, full: bool = False) -> str:
+        """The summary, then the samples not answered correctly grouped by reason; with
+        `full`, every function too, grouped by outcome."""
+        lines = self.summary()
+        groups = self.failure_groups()
+        if groups:
+            functions = sum(len(fs) for _, _, fs in groups)
+            samples = sum(f.samples.get(r, 0) for _, _, fs in groups for f in fs for r in _FAILED)
+            lines += [
+                "",
+                f"Not answered correctly: {_plural(samples, 'sample')} of "
+                f"{_plural(functions, 'function')}, by reason:",
+            ]
+            for result, reason, fs in groups:
+                lines += textwrap.wrap(
+                    f"{result}: {reason}", width=92, initial_indent="  ", subsequent_indent="    "
+                )
+                lines += textwrap.wrap(
+                    ", ".join(f.name for f in fs),
+                    width=92,
+                    initial_indent="      ",
+                    subsequent_indent="      ",
+                )
+        elif self.max_samples and not self.note:
+            lines += ["", "Every sample was answered correctly."]
+        if full:
+            header = f"  {'function':<60} samples correct/wrong/refused/error"
+            for o in OUTCOMES:
+                rows = [f for f in self.functions if f.outcome == o and f.overridable]
+                if rows:
+                    lines += ["", f"{o} ({len(rows)}): {self.means.get(o, '')}", header]
+                    lines += [_text_row(f) for f in rows]
+            extra = [f for f in self.functions if not f.overridable]
+            if extra:
+                lines += ["", "op_db entries that are not overridable functions themselves:"]
+                lines += [header] + [_text_row(f) for f in extra]
+        else:
+            lines += ["", "every function and its samples: --all"]
         return "\n".join(lines)
 
-    def to_markdown(self, only_failures: bool = True) -> str:
+    def to_markdown(self) -> str:
+        """The summary and the samples not answered correctly, as a markdown section."""
         c = self.counts()
         run = sum(c[f"samples {r}"] for r in SAMPLE_RESULTS)
         lines = [
             f"## {self.type_name}",
             "",
-            f"Functions: {c['handled']} handled by a table entry, {c['fallback']} served "
-            f"by the fallback, {c['refused']} refused with a TypeError.",
+            "| functions | | what it means here |",
+            "| ---: | --- | --- |",
+        ]
+        lines += [f"| {c[o]} | {o} | {self.means.get(o, '')} |" for o in OUTCOMES]
+        lines += [
             "",
             f"op_db samples: {run} run, {c['samples correct']} correct, "
             f"{c['samples wrong']} wrong, {c['samples refused']} refused with a "
             f"TypeError, {c['samples error']} other errors.",
             "",
         ]
-        rows = self.failures() if only_failures else self.functions
-        if rows:
-            lines += [
-                "Samples not answered correctly:",
-                "",
-                "| function | outcome | wrong / refused / error | reason |",
-                "| --- | --- | --- | --- |",
-            ]
-            for f in rows:
-                reason = f.reason.replace("|", "\\|").replace("\n", " ")
-                lines.append(
-                    f"| `{f.name}` | {f.outcome} | {f.samples.get('wrong', 0)} / "
-                    f"{f.samples.get('refused', 0)} / {f.samples.get('error', 0)} "
-                    f"| {reason} |"
-                )
-        else:
+        groups = self.failure_groups()
+        if not groups:
             lines.append("Every sample was answered correctly.")
+            return "\n".join(lines)
+        lines += [
+            "Samples not answered correctly, by reason:",
+            "",
+            "| result | reason | functions |",
+            "| --- | --- | --- |",
+        ]
+        for result, reason, fs in groups:
+            reason = reason.replace("|", "\\|").replace("\n", " ")
+            names = ", ".join(f"`{f.name}`" for f in fs)
+            lines.append(f"| {result} | {reason} | {names} |")
         return "\n".join(lines)
 
 
-def _progress(items: Iterable, total: int | None, desc: str, enabled: bool) -> Iterable:
-    if not enabled:
-        return items
-    try:
-        from tqdm import tqdm
-    except ImportError:  # progress bars are a nicety; the report does not need them
-        return items
-    return tqdm(items, total=total, desc=desc, file=sys.stderr, leave=False)
+_FAILED = ("wrong", "refused", "error")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def _text_row(f: FunctionCoverage) -> str:
+    s = "/".join(str(f.samples.get(r, 0)) for r in SAMPLE_RESULTS) if f.samples else "-"
+    return f"  {f.name:<60} {s}" + (f"  {f.reason}" if f.reason else "")
+
+
+def _means(cls: type) -> dict[str, str]:
+    if cls.refuses_unhandled():
+        why = "the policy is 'strict'" if cls.policy == "strict" else "the type has no fallback"
+        refused = f"a TypeError without trying: {why}"
+    else:
+        refused = "a TypeError without trying (none under the 'fallback' policy)"
+    return {"handled": cls.handled_means, "fallback": cls.fallback_means, "refused": refused}
+
+
+class _Progress:
+    """A tqdm bar on stderr, or nothing where tqdm is missing or progress is off."""
+
+    def __init__(self, total: int, desc: str, enabled: bool):
+        self.bar = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+            except ImportError:  # progress bars are a nicety; the report does not need them
+                return
+            # Redrawn in place on a terminal; in a log, now and then.
+            interval = 0.1 if sys.stderr.isatty() else 10.0
+            self.bar = tqdm(
+                total=total,
+                desc=desc,
+                unit="op",
+                file=sys.stderr,
+                leave=False,
+                mininterval=interval,
+                miniters=1,
+            )
+
+    def step(self) -> None:
+        if self.bar is not None:
+            self.bar.update()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def report(
@@ -132,7 +254,8 @@ def report(
             "coverage.report: 'cls' must be a type built on "
             f"tensortools.dispatch.TorchFunctionTable, got {cls!r}"
         )
-    entries: dict[Callable, FunctionCoverage] = {}
+    # keyed by function; op_db entries that are not overridable functions, by their name
+    entries: dict[Callable | str, FunctionCoverage] = {}
     for name, func in overridable_functions():
         entries[func] = FunctionCoverage(name, outcome(cls, func))
     note = ""
@@ -146,12 +269,20 @@ def report(
         with warnings.catch_warnings():
             # The ops' own deprecation and beta warnings, once per sample otherwise.
             warnings.simplefilter("ignore")
-            cases = list(sample_cases(max_samples))
-            for opname, op, inp, args, kwargs in _progress(
-                cases, len(cases), cls.__name__, progress
-            ):
-                _record(entries, cls, op, opname, check_sample(cls, op, inp, args, kwargs, opname))
-    return CoverageReport(cls.__name__, sorted(entries.values(), key=lambda e: e.name), note)
+            bar = _Progress(op_db_size(), f"{cls.__name__}: op_db", progress)
+            try:
+                for opname, op, inp, args, kwargs in sample_cases(max_samples, on_entry=bar.step):
+                    result = check_sample(cls, op, inp, args, kwargs, opname)
+                    _record(entries, cls, op, opname, result)
+            finally:
+                bar.close()
+    return CoverageReport(
+        cls.__name__,
+        sorted(entries.values(), key=lambda e: e.name),
+        note,
+        _means(cls),
+        max_samples if samples else 0,
+    )
 
 
 def _record(
@@ -161,9 +292,12 @@ def _record(
         return
     entry = entries.get(op)
     if entry is None:  # an op_db entry outside the overridable list (often a lambda)
-        entry = entries[op] = FunctionCoverage(
-            f"op_db {opname}", outcome(cls, op), overridable=False
-        )
+        # (one row per name: op_db has several entries of one name, polygamma's five)
+        entry = entries.get(f"op_db {opname}")
+        if entry is None:
+            entry = entries[f"op_db {opname}"] = FunctionCoverage(
+                f"op_db {opname}", outcome(cls, op), overridable=False
+            )
     entry.samples[result.result] = entry.samples.get(result.result, 0) + 1
     if result.result != "correct" and not entry.reason:
         entry.reason = result.reason

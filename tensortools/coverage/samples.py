@@ -4,6 +4,7 @@ against the plain computation."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,7 +14,14 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from tensortools.dispatch import TensorLike
 
-__all__ = ["SAMPLE_RESULTS", "SampleResult", "check_sample", "sample_cases"]
+__all__ = [
+    "SAMPLE_RESULTS",
+    "SampleResult",
+    "check_sample",
+    "explain_refusal",
+    "op_db_size",
+    "sample_cases",
+]
 
 #: What a sample run through a type gives: the plain answer, a different one, a clear
 #: TypeError, or another exception.
@@ -27,23 +35,34 @@ class SampleResult:
 
 
 def sample_cases(
-    max_samples: int = 2, dtype: torch.dtype = torch.float32
+    max_samples: int = 2,
+    dtype: torch.dtype = torch.float32,
+    on_entry: Callable[[], None] | None = None,
 ) -> Iterator[tuple[str, Callable, Any, tuple, dict]]:
     """(op_db name, function, input, args, kwargs) for up to `max_samples` CPU samples of
-    each op_db entry supporting `dtype`. Needs the expecttest package."""
+    each op_db entry supporting `dtype`; `on_entry()` is called after each op_db entry
+    (for progress: :func:`op_db_size` entries in all). Needs the expecttest package."""
     from torch.testing._internal.common_methods_invocations import op_db
 
     for info in op_db:
-        if dtype not in info.supported_dtypes("cpu"):
-            continue
-        try:
-            samples = info.sample_inputs("cpu", dtype)
-            for i, s in enumerate(samples):
-                if i >= max_samples:
-                    break
-                yield info.name, info.op, s.input, tuple(s.args), dict(s.kwargs)
-        except Exception:  # an entry whose sample generator fails on this build
-            continue
+        if dtype in info.supported_dtypes("cpu"):
+            try:
+                samples = info.sample_inputs("cpu", dtype)
+                for i, s in enumerate(samples):
+                    if i >= max_samples:
+                        break
+                    yield info.name, info.op, s.input, tuple(s.args), dict(s.kwargs)
+            except Exception:  # an entry whose sample generator fails on this build
+                pass
+        if on_entry:
+            on_entry()
+
+
+def op_db_size() -> int:
+    """The number of entries in PyTorch's op_db (needs the expecttest package)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return len(op_db)
 
 
 def _is_size(x: Any) -> bool:
@@ -113,6 +132,22 @@ def _seeded(call: Callable[[], Any]) -> Any:
     return call()
 
 
+# CPython's words when a method of torch.Tensor is called unbound on what is not a tensor.
+_UNBOUND = re.compile(r"descriptor '(\w+)' for '[\w.]+' objects doesn't apply to a '(\w+)'")
+
+
+def explain_refusal(cls: type, err: TypeError) -> str:
+    """Why a sample was refused, in the type's words where the raw message is Python's."""
+    message = str(err).splitlines()[0] if str(err) else ""
+    if _UNBOUND.search(message):
+        return (
+            "torch.Tensor's methods called unbound, as torch.Tensor.f(x), take only a "
+            f"torch.Tensor, and a {cls.__name__} is not one: Python refuses the call before "
+            "torch's dispatch sees it"
+        )
+    return f"TypeError: {message[:160]}"
+
+
 def check_sample(
     cls: type, op: Callable, inp: Any, args: tuple, kwargs: dict, name: str = ""
 ) -> SampleResult | None:
@@ -131,7 +166,7 @@ def check_sample(
     try:
         got, problem = _seeded(lambda: cls.coverage_call(lambda: op(t_inp, *t_args, **t_kwargs)))
     except TypeError as err:
-        return SampleResult("refused", f"TypeError: {str(err).splitlines()[0][:120]}")
+        return SampleResult("refused", explain_refusal(cls, err))
     except Exception as err:
         return SampleResult("error", f"{type(err).__name__}: {str(err).splitlines()[0][:120]}")
     problem = problem or cls.coverage_result_problem(got)

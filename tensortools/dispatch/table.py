@@ -198,6 +198,12 @@ class TorchFunctionTable:
     #: to rounding, for types that compute some calls their own way).
     coverage_exact: ClassVar[bool] = True
 
+    #: What a table entry and the fallback mean for this type, in its own words: the
+    #: coverage report and the demo print them beside the counts ("fallback" is a gap for
+    #: some types and the whole design of others).
+    handled_means: ClassVar[str] = "a handler in the type's table"
+    fallback_means: ClassVar[str] = "the type's fallback method"
+
     @classmethod
     def coverage_substitute(cls, input: Any, args: tuple, kwargs: dict) -> tuple | None:
         """How the type stands in for one of PyTorch's operator samples: the sample's

@@ -231,6 +231,8 @@ class TensorWrapper(TorchFunctionTable, Tensor):
         args, kwargs = _unwrap(cls, args, originals), _unwrap(cls, kwargs, originals)
         return func(*args, **kwargs), originals
 
+    fallback_means = "the plain call on the wrapped tensors, tensor results wrapped"
+
     @classmethod
     def fallback(cls, func, types, args, kwargs):
         context = cls.context(func, args, kwargs)

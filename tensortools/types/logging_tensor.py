@@ -96,6 +96,11 @@ class LoggingTensor(TensorWrapper):
         finally:
             _emit(name, arguments, time.perf_counter() - start, failed, captures, to_logger)
 
+    handled_means = "a handler of its own"
+    fallback_means = (
+        "logged, then the plain call, tensor results wrapped: the type's design, not a gap"
+    )
+
     @classmethod
     def coverage_call(cls, call):
         with capture_logs() as logs:

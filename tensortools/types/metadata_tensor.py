@@ -128,6 +128,11 @@ class MetadataTensor(TensorWrapper):
         out.metadata = dict(context)
         return out
 
+    handled_means = "a rule of its own for the metadata"
+    fallback_means = (
+        "the plain call, tensor results carrying the merged metadata: the type's design, not a gap"
+    )
+
     @classmethod
     def coverage_instance(cls, tensor: Tensor) -> MetadataTensor:
         return cls(tensor, {"coverage": 1})

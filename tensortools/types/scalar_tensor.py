@@ -178,6 +178,8 @@ class ScalarTensor(TensorLike):
     # -- override coverage: a ScalarTensor stands in for a square floating matrix ---------
 
     coverage_exact = False  # reductions may add in another order than the dense matrix
+    handled_means = "structured: computed from N and the value, no N×N matrix formed"
+    fallback_means = "runs on the dense N×N matrix; the result is a plain tensor"
 
     @classmethod
     def coverage_substitute(cls, input, args, kwargs):

@@ -1,0 +1,134 @@
+"""How the benchmark tables judge their own numbers: noisy measurements are measured
+longer and then flagged, ratios follow one labelled convention, and the LLTM verdict says
+where the fused op does not win and why. Synthetic timings: nothing here is timed."""
+
+import importlib
+import itertools
+
+import pytest
+from torch.utils import benchmark
+
+from tensortools import bench
+from tensortools.bench import timing
+from tensortools.bench.lltm import EAGER, OP, PRODUCTS, lltm_verdict
+
+
+def _measurement(times: list[float]) -> benchmark.Measurement:
+    return benchmark.Measurement(1, times, benchmark.TaskSpec(stmt="f()", setup=""))
+
+
+def _measure_from(rounds_of_times):
+    """A measure function returning the given rounds' run times, the last one forever."""
+    source = itertools.chain(rounds_of_times, itertools.repeat(rounds_of_times[-1]))
+    return lambda: _measurement(next(source))
+
+
+def test_a_steady_measurement_takes_the_planned_rounds_and_is_not_flagged():
+    steady = [1.0, 1.01, 0.99, 1.0]
+    pooled = timing.interleaved({"a": _measure_from([steady])}, rounds=3, extra_budget=1.0)
+    assert pooled["a"].rounds == 3 and not pooled["a"].noisy
+    assert pooled["a"].median_us == pytest.approx(1e6)
+
+
+def test_a_noisy_measurement_is_measured_longer_until_it_settles():
+    # a slow spell in the first round only: more rounds dilute it below the threshold
+    spell, calm = [1.0, 3.0, 5.0, 2.0], [1.0, 1.02, 0.98, 1.0]
+    pooled = timing.interleaved(
+        {"spell": _measure_from([spell, calm]), "calm": _measure_from([calm])},
+        rounds=2,
+        extra_budget=5.0,
+    )
+    assert pooled["calm"].rounds == 2  # only noisy keys get more rounds
+    assert 2 < pooled["spell"].rounds < 50 and not pooled["spell"].noisy
+
+
+def test_a_measurement_that_stays_noisy_is_flagged_within_the_budget():
+    wild = [1.0, 4.0, 2.0, 8.0]
+    pooled = timing.interleaved({"wild": _measure_from([wild])}, rounds=2, extra_budget=0.02)
+    assert pooled["wild"].noisy and pooled["wild"].rounds > 2
+    none = timing.interleaved({"wild": _measure_from([wild])}, rounds=2, extra_budget=0)
+    assert none["wild"].rounds == 2 and none["wild"].noisy
+
+
+def test_time_ratio_is_the_rows_time_over_the_baselines():
+    assert timing.time_ratio(62.0, 100.0) == "0.62x "
+    assert timing.time_ratio(250.0, 100.0, noisy=True) == "2.50x?"
+    assert timing.time_ratio(0.2, 100.0) == "0.002x "  # small ratios keep two digits
+    assert timing.time_ratio(1.0, None).strip() == "-"
+    notes = timing.ratio_notes("the eager loop", any_noisy=False)
+    assert notes == "time ratio: the row's median over that of the eager loop (below 1.00x: faster)"
+    assert "?:" in timing.ratio_notes("x", any_noisy=True).splitlines()[1]
+
+
+def _row(size, variant, phase, median, noisy=False):
+    return timing.Row(size, "float32", "cpu", variant, phase, median, 1.0, 10, 1, noisy)
+
+
+def test_lltm_table_flags_ratios_with_a_noisy_row_or_baseline():
+    rows = [
+        _row((2, 3, 4), EAGER, "forward", 100.0),
+        _row((2, 3, 4), OP, "forward", 50.0),
+        _row((8, 3, 4), EAGER, "forward", 100.0, noisy=True),
+        _row((8, 3, 4), OP, "forward", 80.0),
+    ]
+    lines = bench.format_table(rows).splitlines()
+    ratios = {line.split()[0] + " " + line.split()[3]: line.split()[-2] for line in lines[1:5]}
+    assert ratios == {
+        "2/3/4 reference": "1.00x",
+        "2/3/4 tensortools": "0.50x",
+        "8/3/4 reference": "1.00x?",
+        "8/3/4 tensortools": "0.80x?",  # its baseline was noisy
+    }
+    assert lines[5].startswith("time ratio:") and lines[6].startswith("?:")
+    quiet = bench.format_table(rows[:2])
+    assert "?" not in quiet
+
+
+def test_lltm_verdict_says_where_the_op_does_not_win_and_why():
+    phase = "forward+backward"
+    rows = [
+        _row((16, 32, 128), EAGER, phase, 1000.0),
+        _row((16, 32, 128), OP, phase, 600.0),
+        _row((64, 1024, 128), EAGER, phase, 8000.0),
+        _row((64, 1024, 128), OP, phase, 7900.0),
+        _row((64, 1024, 128), PRODUCTS, phase, 7200.0),
+        _row((64, 1024, 128), OP, "forward", 100.0),  # other phases are not judged
+        _row((8, 8, 8), EAGER, phase, 100.0),
+        _row((8, 8, 8), OP, phase, 7400.0, noisy=True),
+    ]
+    small, large, busy = lltm_verdict(rows)
+    assert small == "16/32/128 float32, forward+backward: the fused op wins: 0.60x eager's time"
+    assert large.startswith(
+        "64/1024/128 float32, forward+backward: the fused op does not win clearly (0.99x "
+        "eager's time): its matrix products alone take 0.90x eager's time"
+    )
+    assert busy.startswith("8/8/8 float32, forward+backward: 74.00x eager's time, but the ")
+    assert busy.endswith("cannot tell whether the fused op wins")
+
+
+def test_a_slow_spell_filling_one_round_is_caught_by_the_rounds_disagreeing():
+    # each round's runs agree among themselves; the second round ran 50x slower
+    calm, spell = [1.0, 1.0, 1.01, 0.99], [50.0, 50.0, 50.5, 49.5]
+    pooled = timing.interleaved({"a": _measure_from([calm, spell, calm])}, rounds=3, extra_budget=0)
+    assert pooled["a"].round_spread > 10 and pooled["a"].noisy
+    settled = timing.interleaved(
+        {"a": _measure_from([calm, spell, calm])}, rounds=3, extra_budget=5.0
+    )
+    assert not settled["a"].noisy and settled["a"].median_us == pytest.approx(1e6, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "tensortools.bench.__main__",
+        "tensortools.bench.bandwidth",
+        "tensortools.bench.plot",
+        "tensortools.coverage.cli",
+        "tensortools.demo",
+    ],
+)
+def test_every_command_option_has_help(module):
+    parser = importlib.import_module(module).build_parser()
+    missing = [a.option_strings or a.dest for a in parser._actions if not a.help]
+    assert not missing, f"{parser.prog}: options without help: {missing}"
+    assert parser.description
