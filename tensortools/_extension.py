@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -166,40 +167,61 @@ def nvcc_check_command(source: Path, output: Path, shim: Path) -> list[str]:
 
 # -- a clear error when the build cannot see torch --------------------------------------
 
-_INSTALLERS = ("pip", "pip3", "uv")
-
 
 def without_isolation(argv: list[str]) -> list[str] | None:
     """The build command `argv` (a command line of pip, uv or `python -m build`, as the
     platform reports it) with build isolation turned off, or None for a command this
     does not know or one that turns it off already."""
-    if len(argv) > 2 and argv[1] == "-m":  # python -m pip ...: as the user typed it
-        head, rest = argv[:3], argv[3:]
-    elif len(argv) > 1 and Path(argv[0]).name.startswith("python"):
-        head, rest = [Path(argv[1]).name], argv[2:]  # a script run by its shebang line
-    else:
-        head, rest = [Path(argv[0]).name] if argv else [], argv[1:]
+    head, rest = _split_tool(argv)
     tool = Path(head[-1]).name if head else ""
-    if tool == "build":
+    if tool == "build":  # python -m build
         return None if "--no-isolation" in rest else [*head, "--no-isolation", *rest]
-    if tool not in _INSTALLERS or "--no-build-isolation" in rest:
+    if tool == "uv":
+        if rest[:1] == ["pip"]:
+            head, rest = [*head, "pip"], rest[1:]
+        verbs = ("install", "sync", "build", "wheel")
+    elif tool.startswith("pip"):  # pip, pip3, pip3.11
+        verbs = ("install", "wheel", "download")
+    else:
+        return None
+    if "--no-build-isolation" in rest:
         return None
     for i, word in enumerate(rest):
-        if word in ("install", "wheel", "download"):
+        if word in verbs:
             return [*head, *rest[: i + 1], "--no-build-isolation", *rest[i + 1 :]]
     return None
 
 
+def _split_tool(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the words naming the tool, its arguments): `python [options] -m tool` as typed;
+    a script started by its shebang line (`/venv/bin/python /venv/bin/pip`) as `pip`."""
+    if argv and Path(argv[0]).name.startswith("python"):
+        for i, word in enumerate(argv[1:], start=1):
+            if word == "-m":
+                return argv[: i + 2], argv[i + 2 :]
+            if not word.startswith("-"):
+                return [Path(word).name], argv[i + 1 :]
+        return argv, []
+    return [Path(argv[0]).name] if argv else [], argv[1:]
+
+
 def _parent() -> tuple[list[str], str]:
-    """The command line and interpreter of the process that runs this build (pip, say),
-    where the platform shows them (Linux's /proc); ([], "") elsewhere."""
+    """The command line of the process that runs this build (pip, say) and, when that
+    is a Python, the interpreter as it was started (a virtual environment's own path,
+    not the base interpreter its link points to), where the platform shows them
+    (Linux's /proc); ([], "") elsewhere."""
     proc = Path(f"/proc/{os.getppid()}")
     try:
         raw = (proc / "cmdline").read_bytes()
-        exe = os.readlink(proc / "exe")
+        cwd = os.readlink(proc / "cwd")
     except OSError:
         return [], ""
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part], exe
+    argv = [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+    python = ""
+    if argv and Path(argv[0]).name.startswith("python"):
+        python = argv[0] if "/" in argv[0] else (shutil.which(argv[0]) or "")
+        python = os.path.join(cwd, python) if python else ""
+    return argv, python
 
 
 def _torch_version(python: str) -> str | None:
@@ -229,7 +251,12 @@ def torch_missing_message(
     isolated environment, `torch_outside` the torch version installed outside it, and
     `error` what importing torch raised."""
     fixed = without_isolation(command)
-    retry = shlex.join(fixed) if fixed else "pip install --no-build-isolation -e ."
+    retry = (
+        shlex.join(fixed)
+        if fixed
+        else "your pip command with --no-build-isolation added, e.g. pip install "
+        "--no-build-isolation ."
+    )
     if isolated and torch_outside:
         return (
             f"tensortools builds against the torch you installed ({torch_outside}), but "
@@ -245,13 +272,22 @@ def torch_missing_message(
     )
 
 
+def _isolated() -> bool:
+    """Whether this build runs with build isolation: pip's hides site-packages through a
+    PYTHONPATH entry under a pip-build-env-* folder; `python -m build` and uv run the
+    build in virtual environments of their own (build-env-*, uv's builds-v0 cache)."""
+    pythonpath = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if any(Path(p).parent.name.startswith("pip-build-env-") for p in pythonpath if p):
+        return True
+    prefix = Path(sys.prefix)
+    return prefix.name.startswith("build-env-") or prefix.parent.name == "builds-v0"
+
+
 def explain_missing_torch(error: str = "") -> str:
     """torch_missing_message for the build running now (`error`: what importing torch
     raised)."""
     command, parent_python = _parent()
-    # pip's isolation hides site-packages through a PYTHONPATH entry; `python -m build`'s
-    # runs the build in a virtual environment of its own.
-    isolated = "pip-build-env" in os.environ.get("PYTHONPATH", "") or "build-env" in sys.prefix
+    isolated = _isolated()
     torch_outside = None
     if isolated:
         pythons = [sys.executable]

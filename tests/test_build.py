@@ -90,6 +90,16 @@ def test_every_cuda_source_compiles(tmp_path):
         ),
         (["/usr/bin/python3", "/usr/bin/pip3", "wheel", "."], "pip3 wheel --no-build-isolation ."),
         (["uv", "pip", "install", "-e", "."], "uv pip install --no-build-isolation -e ."),
+        (["uv", "build"], "uv build --no-build-isolation"),
+        (["uv", "sync", "--locked"], "uv sync --no-build-isolation --locked"),
+        (
+            ["/v/bin/python", "/v/bin/pip3.11", "install", "."],
+            "pip3.11 install --no-build-isolation .",
+        ),
+        (
+            ["/usr/bin/python3.11", "-I", "-m", "pip", "install", "."],
+            "/usr/bin/python3.11 -I -m pip install --no-build-isolation .",
+        ),
         (["python3", "-m", "build", "--wheel"], "python3 -m build --no-isolation --wheel"),
         (["pip", "install", "--no-build-isolation", "."], None),
         (["make", "all"], None),
@@ -110,7 +120,22 @@ def test_missing_torch_message_names_the_cause_and_the_command():
     assert "No module named 'torch'" in absent and "pip install torch==" in absent
     assert "isolation" not in absent.split("\n")[0].split("then")[0]
     unknown = _extension.torch_missing_message([], isolated=True, torch_outside="2.13.0")
-    assert unknown.endswith("pip install --no-build-isolation -e .")
+    assert unknown.endswith(
+        "with --no-build-isolation added, e.g. pip install --no-build-isolation ."
+    )
+
+
+def test_isolation_is_told_by_the_build_environments_own_marks(monkeypatch):
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setattr(sys, "prefix", "/home/me/build-env-project/.venv")  # a user's venv
+    assert not _extension._isolated()
+    monkeypatch.setattr(sys, "prefix", "/tmp/build-env-ab12cd")  # python -m build's
+    assert _extension._isolated()
+    monkeypatch.setattr(sys, "prefix", "/root/.cache/uv/builds-v0/.tmpQ2x")  # uv's
+    assert _extension._isolated()
+    monkeypatch.setattr(sys, "prefix", "/home/me/.venv")
+    monkeypatch.setenv("PYTHONPATH", "/tmp/pip-build-env-x1y2/site")  # pip's
+    assert _extension._isolated()
 
 
 def test_setup_explains_build_isolation(tmp_path):

@@ -132,16 +132,22 @@ def test_failures_are_grouped_by_reason_and_explained():
     rows = {f.name: f for f in rep.functions}
     for name in ("torch.exp", "torch.sin"):
         rows[name].samples = {"refused": 1}
-        rows[name].reason = refused.reason
+        rows[name].reasons = {"refused": refused.reason}
     rows["torch.cos"].samples = {"wrong": 1, "correct": 1}
-    rows["torch.cos"].reason = "values differ"
+    rows["torch.cos"].reasons = {"wrong": "values differ"}
+    # grouped by its most serious result, with that result's reason
+    rows["torch.tan"].samples = {"refused": 1, "error": 1}
+    rows["torch.tan"].reasons = {"refused": "TypeError: first", "error": "RuntimeError: second"}
     groups = rep.failure_groups()
-    assert [(result, [f.name for f in fs]) for result, _, fs in groups] == [
-        ("wrong", ["torch.cos"]),
-        ("refused", ["torch.exp", "torch.sin"]),
+    assert [(result, reason[:12], [f.name for f in fs]) for result, reason, fs in groups] == [
+        ("error", "RuntimeError", ["torch.tan"]),
+        ("wrong", "values diffe", ["torch.cos"]),
+        ("refused", refused.reason[:12], ["torch.exp", "torch.sin"]),
     ]
     text = rep.to_text()
-    assert "Not answered correctly: 3 samples of 3 functions, by reason:" in text
+    assert "Not answered correctly: 5 samples in 4 rows (functions or op_db entries)" in text
+    assert "refused: TypeError: first; error" not in rep.to_text(full=True)  # worst first
+    assert "error: RuntimeError: second; refused: TypeError: first" in rep.to_text(full=True)
     assert text.count("a ScalarTensor is not") == 1  # one line for the group
     md = rep.to_markdown()
     assert "| wrong | values differ | `torch.cos` |" in md
@@ -165,3 +171,14 @@ def test_command_shows_progress_on_stderr(monkeypatch, capsys):
     assert "3 run" in captured.out and "Every sample was answered correctly." in captured.out
     assert coverage.main(["ScalarTensor", "--no-progress"]) == 0
     assert "op_db" not in capsys.readouterr().err
+    # no sample at all is not "every sample correct"
+    monkeypatch.setattr(report_module, "sample_cases", lambda max_samples, on_entry=None: iter(()))
+    assert coverage.main(["ScalarTensor", "--no-progress"]) == 0
+    assert "No op_db sample ran: ScalarTensor stands in for none" in capsys.readouterr().out
+    for bad in (["--all", "--failures-only"], ["--all", "--format", "json"]):
+        with pytest.raises(SystemExit):
+            coverage.main(["ScalarTensor", "--no-samples", *bad])
+    capsys.readouterr()
+    assert coverage.main(["ScalarTensor", "--no-samples", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["max_samples"] == 0 and data["means"]["handled"] == ScalarTensor.handled_means

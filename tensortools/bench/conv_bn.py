@@ -123,8 +123,8 @@ def format_conv_bn_table(rows: list[ConvBNRow]) -> str:
     base = rows[0]
     mib = 2.0**20
     lines = [
-        f"{'variant':<22} {'saved for backward, ratio':>33} {'peak memory, ratio':>21} "
-        f"{'forward+backward, time ratio':>35}"
+        f"{'variant':<22} {'saved for backward, ratio':>32}{'peak memory, ratio':>20}"
+        f"{'forward+backward, time ratio':>32}"
     ]
     any_noisy = False
     for r in rows:

@@ -11,6 +11,7 @@ from torch.utils import benchmark
 
 from tensortools import ops, reference
 from tensortools.bench.timing import (
+    NOISY_SPREAD,
     Row,
     interleaved,
     kernel_count,
@@ -190,7 +191,8 @@ def format_table(rows: list[Row], baseline: str = EAGER) -> str:
 
 def lltm_verdict(rows: list[Row], phase: str = "forward+backward") -> list[str]:
     """One line per size and dtype: whether the fused op beats the eager reference in
-    `phase`, and where it does not, why, from the measured matrix products."""
+    `phase`, and where it does not, why: how the time beyond the matrix products both
+    run (measured alone, :data:`PRODUCTS`) compares."""
     by = {(r.size, r.dtype, r.variant): r for r in rows if r.phase == phase}
     lines = []
     for size, dtype in dict.fromkeys((r.size, r.dtype) for r in rows if r.phase == phase):
@@ -199,23 +201,31 @@ def lltm_verdict(rows: list[Row], phase: str = "forward+backward") -> list[str]:
             continue
         where = f"{'/'.join(map(str, size))} {dtype}, {phase}"
         ratio = op.median_us / eager.median_us
-        if op.noisy or eager.noisy:
+        noisy = op.noisy or eager.noisy
+        # A noisy ratio is uncertain by about NOISY_SPREAD each way: far from 1, it still
+        # tells which is faster.
+        unsure = noisy and (1 - NOISY_SPREAD) ** 2 < ratio < (1 + NOISY_SPREAD) ** 2
+        busy = f" (a busy machine: uncertain by {NOISY_SPREAD:.0%} or more)" if noisy else ""
+        if unsure:
             lines.append(
                 f"{where}: {ratio:.2f}x eager's time, but the machine was busy (the runs "
                 "disagree), so this run cannot tell whether the fused op wins"
             )
-        elif ratio < 0.9:
-            lines.append(f"{where}: the fused op wins: {ratio:.2f}x eager's time")
+            continue
+        if ratio < 0.9:
+            lines.append(f"{where}: the fused op wins: {ratio:.2f}x eager's time{busy}")
+            continue
+        verb = "is slower" if ratio > 1.1 else "does not win clearly"
+        products = by.get((size, dtype, PRODUCTS))
+        if products is None or products.noisy:
+            why = "its matrix products were not measured steadily enough to say why"
         else:
-            products = by.get((size, dtype, PRODUCTS))
-            why = "little is left to fuse"
-            if products is not None and not products.noisy:
-                why = (
-                    f"its matrix products alone take {products.median_us / eager.median_us:.2f}x"
-                    " eager's time, the same library calls in both, which leaves little for "
-                    "fusing the pointwise work to save"
-                )
-            lines.append(
-                f"{where}: the fused op does not win clearly ({ratio:.2f}x eager's time): {why}"
+            share = products.median_us / eager.median_us
+            why = (
+                f"beyond the matrix products both run ({share:.2f}x eager's time alone), "
+                f"it spends {ratio - share:.2f}x against eager's {max(0.0, 1 - share):.2f}x"
             )
+            if share >= 0.7 and ratio <= 1.1:
+                why += ": the products leave little for fusing to save"
+        lines.append(f"{where}: the fused op {verb} ({ratio:.2f}x eager's time){busy}: {why}")
     return lines

@@ -167,30 +167,34 @@ def interleaved(
     per round, the rounds interleaved so that a slow spell of the machine falls on every
     key alike, and pool each key's runs.
 
-    Keys whose pooled runs are still noisy (:data:`NOISY_SPREAD`) then get more rounds,
-    interleaved among themselves, until they are not or the extra rounds have taken
-    `extra_budget` seconds (default: as long as the planned rounds took; 0: none). A key
-    still noisy then is reported as such (``Pooled.noisy``).
+    While a key's pooled runs are noisy (:data:`NOISY_SPREAD`), whole rounds are added,
+    every key in each (a ratio stays a comparison of runs taken side by side), as long
+    as another round fits in `extra_budget` seconds (default: as long as the planned
+    rounds took; 0: none). A key still noisy then is reported so (``Pooled.noisy``).
     """
     runs: dict = {key: [] for key in measures}
-    start = time.perf_counter()
-    for r in range(rounds):
+
+    def one_round(label: str) -> None:
         for key, measure in measures.items():
             if progress:
-                progress(f"{describe(key)} (round {r + 1}/{rounds})")
+                progress(f"{describe(key)} ({label})")
             runs[key].append(measure())
-    budget = time.perf_counter() - start if extra_budget is None else extra_budget
+
+    start = time.perf_counter()
+    for r in range(rounds):
+        one_round(f"round {r + 1}/{rounds}")
+    planned = time.perf_counter() - start
+    budget = planned if extra_budget is None else extra_budget
+    per_round = planned / max(1, rounds)
     pooled = {key: _pool(ms) for key, ms in runs.items()}
     start = time.perf_counter()
-    while time.perf_counter() - start < budget:
-        noisy = [key for key, p in pooled.items() if p.noisy]
-        if not noisy:
+    extra = 0
+    while any(p.noisy for p in pooled.values()):
+        if time.perf_counter() - start + per_round > budget:
             break
-        for key in noisy:
-            if progress:
-                progress(f"{describe(key)} (noisy: one more round)")
-            runs[key].append(measures[key]())
-            pooled[key] = _pool(runs[key])
+        extra += 1
+        one_round(f"noisy: extra round {extra}")
+        pooled = {key: _pool(ms) for key, ms in runs.items()}
     return pooled
 
 
@@ -203,7 +207,8 @@ def _pool(ms: list[benchmark.Measurement]) -> Pooled:
     else:
         disagreement = max(medians) - min(medians)
     (m,) = benchmark.Measurement.merge(ms)
-    return Pooled(m.median * 1e6, m.iqr * 1e6, calls, len(ms), disagreement / m.median)
+    spread = disagreement / m.median if m.median > 0 else 0.0
+    return Pooled(m.median * 1e6, m.iqr * 1e6, calls, len(ms), spread)
 
 
 def time_ratio(median_us: float, base_us: float | None, noisy: bool = False) -> str:

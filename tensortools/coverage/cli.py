@@ -66,12 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="text (default: the summary, then what failed), markdown (as docs/coverage.md) "
         "or json (everything)",
     )
-    parser.add_argument(
+    listing = parser.add_mutually_exclusive_group()
+    listing.add_argument(
         "--all",
         action="store_true",
         help="text: list every function and its samples, grouped by outcome, after the summary",
     )
-    parser.add_argument(
+    listing.add_argument(
         "--failures-only",
         action="store_true",
         help="text: the summary and what failed only (the default; kept for old scripts)",
@@ -98,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     """The command ``python -m tensortools.coverage TYPE... [options]``; returns its exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.all and args.format != "text":
+        parser.error(f"--all lists rows in the text format; --format {args.format} has them all")
     if args.check:
         from tensortools import testing
 
@@ -125,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.format == "markdown":
             outputs.append(rep.to_markdown())
         else:
-            outputs.append(rep.to_text(full=args.all and not args.failures_only))
+            outputs.append(rep.to_text(full=args.all))
     if args.format == "markdown":
         outputs.insert(
             0,

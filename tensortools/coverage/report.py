@@ -33,12 +33,24 @@ class FunctionCoverage:
     # False for op_db entries that are not themselves overridable functions (lambdas
     # around a method, say): their samples count, they do not count as functions.
     overridable: bool = True
-    reason: str = ""  # why the first sample that was not correct was not
+    #: per result other than "correct": why the first sample with that result had it
+    reasons: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
         """Whether a sample was not answered correctly (wrong, refused or an error)."""
         return any(self.samples.get(r) for r in _FAILED)
+
+    @property
+    def worst(self) -> str:
+        """The most serious result among the samples ("error", then "wrong", "refused";
+        "correct" if nothing failed; "" without samples)."""
+        return next((r for r in _FAILED if self.samples.get(r)), "correct" if self.samples else "")
+
+    @property
+    def reason(self) -> str:
+        """Why the first sample with the most serious result had it ('' if none failed)."""
+        return self.reasons.get(self.worst, "")
 
 
 #: What each sample result means, for the reports.
@@ -78,12 +90,12 @@ class CoverageReport:
         first."""
         groups: dict[tuple[str, str], list[FunctionCoverage]] = {}
         for f in self.failures():
-            result = next(r for r in ("error", "wrong", "refused") if f.samples.get(r))
-            groups.setdefault((result, f.reason), []).append(f)
-        order = {"error": 0, "wrong": 1, "refused": 2}
+            groups.setdefault((f.worst, f.reason), []).append(f)
         return [
             (result, reason, fs)
-            for (result, reason), fs in sorted(groups.items(), key=lambda kv: order[kv[0][0]])
+            for (result, reason), fs in sorted(
+                groups.items(), key=lambda kv: _FAILED.index(kv[0][0])
+            )
         ]
 
     def summary(self) -> list[str]:
@@ -111,6 +123,8 @@ class CoverageReport:
                 "type": self.type_name,
                 "counts": self.counts(),
                 "means": self.means,
+                "max_samples": self.max_samples,
+                "note": self.note,
                 "functions": [dataclasses.asdict(f) for f in self.functions],
             },
             indent=1,
@@ -122,12 +136,12 @@ class CoverageReport:
         lines = self.summary()
         groups = self.failure_groups()
         if groups:
-            functions = sum(len(fs) for _, _, fs in groups)
+            rows = sum(len(fs) for _, _, fs in groups)
             samples = sum(f.samples.get(r, 0) for _, _, fs in groups for f in fs for r in _FAILED)
             lines += [
                 "",
-                f"Not answered correctly: {_plural(samples, 'sample')} of "
-                f"{_plural(functions, 'function')}, by reason:",
+                f"Not answered correctly: {_plural(samples, 'sample')} in {_plural(rows, 'row')} "
+                "(functions or op_db entries), by reason:",
             ]
             for result, reason, fs in groups:
                 lines += textwrap.wrap(
@@ -140,7 +154,14 @@ class CoverageReport:
                     subsequent_indent="      ",
                 )
         elif self.max_samples and not self.note:
-            lines += ["", "Every sample was answered correctly."]
+            ran = sum(f.samples.get(r, 0) for f in self.functions for r in SAMPLE_RESULTS)
+            lines += [
+                "",
+                "Every sample was answered correctly."
+                if ran
+                else f"No op_db sample ran: {self.type_name} stands in for none of them "
+                "(see TorchFunctionTable.coverage_substitute).",
+            ]
         if full:
             header = f"  {'function':<60} samples correct/wrong/refused/error"
             for o in OUTCOMES:
@@ -176,7 +197,7 @@ class CoverageReport:
         ]
         groups = self.failure_groups()
         if not groups:
-            lines.append("Every sample was answered correctly.")
+            lines.append("Every sample was answered correctly." if run else "No op_db sample ran.")
             return "\n".join(lines)
         lines += [
             "Samples not answered correctly, by reason:",
@@ -191,7 +212,7 @@ class CoverageReport:
         return "\n".join(lines)
 
 
-_FAILED = ("wrong", "refused", "error")
+_FAILED = ("error", "wrong", "refused")  # most serious first
 
 
 def _plural(n: int, word: str) -> str:
@@ -200,7 +221,8 @@ def _plural(n: int, word: str) -> str:
 
 def _text_row(f: FunctionCoverage) -> str:
     s = "/".join(str(f.samples.get(r, 0)) for r in SAMPLE_RESULTS) if f.samples else "-"
-    return f"  {f.name:<60} {s}" + (f"  {f.reason}" if f.reason else "")
+    why = "; ".join(f"{r}: {f.reasons[r]}" for r in _FAILED if r in f.reasons)
+    return f"  {f.name:<60} {s}" + (f"  {why}" if why else "")
 
 
 def _means(cls: type) -> dict[str, str]:
@@ -299,5 +321,5 @@ def _record(
                 f"op_db {opname}", outcome(cls, op), overridable=False
             )
     entry.samples[result.result] = entry.samples.get(result.result, 0) + 1
-    if result.result != "correct" and not entry.reason:
-        entry.reason = result.reason
+    if result.result != "correct":
+        entry.reasons.setdefault(result.result, result.reason)

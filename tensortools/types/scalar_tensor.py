@@ -179,7 +179,10 @@ class ScalarTensor(TensorLike):
 
     coverage_exact = False  # reductions may add in another order than the dense matrix
     handled_means = "structured: computed from N and the value, no N×N matrix formed"
-    fallback_means = "runs on the dense N×N matrix; the result is a plain tensor"
+    fallback_means = (
+        "runs on the dense N×N matrix; the result is a plain tensor (an in-place form "
+        "changes the ScalarTensor, or refuses)"
+    )
 
     @classmethod
     def coverage_substitute(cls, input, args, kwargs):
