@@ -4,6 +4,9 @@ where the fused op does not win and why. Synthetic timings: nothing here is time
 
 import importlib
 import itertools
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -65,6 +68,35 @@ def test_extra_rounds_stop_before_they_would_overrun_the_budget():
     assert pooled["a"].noisy and slow_noisy.calls == 2 + 2  # a third extra would overrun
 
 
+def test_a_measurement_taken_while_others_used_the_cpus_is_busy():
+    # steady runs, and still off: the machine was shared (see BUSY_SHARE)
+    def measure(share):
+        m = _measurement([1.0, 1.0, 1.01, 0.99])
+        m.metadata = {"others_cpu": share}
+        return lambda: m
+
+    pooled = timing.interleaved(
+        {"shared": measure(0.6), "alone": measure(0.02), "unknown": measure(None)},
+        rounds=3,
+        extra_budget=0,
+    )
+    assert pooled["shared"].busy and pooled["shared"].noisy
+    assert not pooled["alone"].noisy and not pooled["unknown"].noisy
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux's /proc")
+def test_time_call_measures_what_other_processes_take():
+    # a process spinning on a core while the timed function sleeps: others use >= 1 CPU
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        m = timing.time_call(lambda: time.sleep(0.002), min_run_time=0.5)
+    finally:
+        spin.kill()
+        spin.wait()
+    assert m.metadata["others_cpu"] >= 0.9 / os.cpu_count()
+
+
 def test_time_ratio_is_the_rows_time_over_the_baselines():
     assert timing.time_ratio(62.0, 100.0) == "0.62x "
     assert timing.time_ratio(250.0, 100.0, noisy=True) == "2.50x?"
@@ -75,8 +107,8 @@ def test_time_ratio_is_the_rows_time_over_the_baselines():
     assert "?:" in timing.ratio_notes("x", any_noisy=True).splitlines()[1]
 
 
-def _row(size, variant, phase, median, noisy=False):
-    return timing.Row(size, "float32", "cpu", variant, phase, median, 1.0, 10, 1, noisy)
+def _row(size, variant, phase, median, noisy=False, busy=False):
+    return timing.Row(size, "float32", "cpu", variant, phase, median, 1.0, 10, 1, noisy, busy)
 
 
 def test_lltm_table_flags_ratios_with_a_noisy_row_or_baseline():
@@ -117,8 +149,10 @@ def test_lltm_verdict_says_where_the_op_does_not_win_and_why():
         _row((2, 2, 2), PRODUCTS, phase, 20.0),
         _row((1, 1, 1), EAGER, phase, 100.0),
         _row((1, 1, 1), OP, phase, 95.0),
+        _row((9, 9, 9), EAGER, phase, 100.0, noisy=True, busy=True),
+        _row((9, 9, 9), OP, phase, 300.0),
     ]
-    small, large, busy, clear, slower, unmeasured = lltm_verdict(rows)
+    small, large, busy, clear, slower, unmeasured, shared = lltm_verdict(rows)
     assert small == "16/32/128 float32, forward+backward: the fused op wins: 0.60x eager's time"
     assert large == (
         "64/1024/128 float32, forward+backward: the fused op does not win clearly (0.99x "
@@ -129,7 +163,7 @@ def test_lltm_verdict_says_where_the_op_does_not_win_and_why():
     assert busy.endswith("cannot tell whether the fused op wins")
     # far from 1, a noisy ratio still tells which is faster, and says it is uncertain
     assert clear.startswith("4/4/4 float32, forward+backward: the fused op wins: 0.30x")
-    assert "busy machine" in clear
+    assert "runs spread: uncertain" in clear
     # a loss is called one, and the time beyond the products says where it goes
     assert slower == (
         "2/2/2 float32, forward+backward: the fused op is slower (1.50x eager's time): beyond "
@@ -137,6 +171,8 @@ def test_lltm_verdict_says_where_the_op_does_not_win_and_why():
         "eager's 0.80x"
     )
     assert unmeasured.endswith("its matrix products were not measured steadily enough to say why")
+    # other processes on the CPUs: steady runs can be off by any factor
+    assert shared.startswith("9/9/9 float32, forward+backward: 3.00x eager's time, but the")
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ __all__ = [
     "kernel_count",
     "saved_for_backward",
     "NOISY_SPREAD",
+    "BUSY_SHARE",
     "time_ratio",
     "ratio_notes",
 ]
@@ -32,6 +33,11 @@ __all__ = [
 #: A measurement whose runs spread (IQR) over more than this share of its median is
 #: noisy: its median, and any ratio with it, may be off by about as much.
 NOISY_SPREAD = 0.2
+#: A measurement during which other processes used more than this share of the CPUs
+#: was taken on a busy machine. Its runs can agree with each other and still be far off:
+#: a parallel region whose second thread has no free core waits a scheduler time slice,
+#: so every call takes a few such slices, steadily.
+BUSY_SHARE = 0.25
 
 
 @dataclasses.dataclass
@@ -51,7 +57,10 @@ class Row:
     iqr_us: float
     runs: int
     kernels: int | None = None  # per call, see kernel_count
-    noisy: bool = False  # the IQR is over NOISY_SPREAD of the median
+    noisy: bool = (
+        False  # Pooled.noisy: the runs spread, the rounds disagree or the machine was busy
+    )
+    busy: bool = False  # Pooled.busy: other processes used over BUSY_SHARE of the CPUs
 
 
 def _cpu_name() -> str:
@@ -78,7 +87,10 @@ def time_call(fn: Callable[[], object], min_run_time: float) -> benchmark.Measur
     """fn timed by torch.utils.benchmark after one warm-up call."""
     fn()  # warm-up (and, for torch.compile, the compilation)
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-    return timer.blocked_autorange(min_run_time=min_run_time)
+    before = _cpu_jiffies()
+    m = timer.blocked_autorange(min_run_time=min_run_time)
+    m.metadata = {"others_cpu": _others_share(before, _cpu_jiffies())}
+    return m
 
 
 def sync(device: str) -> None:
@@ -100,6 +112,7 @@ def time_each(
     their buffers, so one graph cannot be replayed with retain_graph).
     """
     step(prepare())  # warm-up
+    before = _cpu_jiffies()
     times: list[float] = []
     spent = 0.0
     while spent < min_run_time or len(times) < 10:
@@ -110,7 +123,33 @@ def time_each(
         sync(device)
         times.append(time.perf_counter() - start)
         spent += times[-1]
-    return benchmark.Measurement(1, times, benchmark.TaskSpec(stmt=label, setup=""))
+    share = _others_share(before, _cpu_jiffies())
+    return benchmark.Measurement(
+        1, times, benchmark.TaskSpec(stmt=label, setup=""), metadata={"others_cpu": share}
+    )
+
+
+def _cpu_jiffies() -> tuple[int, int, int] | None:
+    """(busy and total clock ticks of all CPUs, this process's ticks) from Linux's /proc;
+    None elsewhere. Steal time (a VM's host running others) counts as busy."""
+    try:
+        with open("/proc/stat") as f:
+            cpu = [int(v) for v in f.readline().split()[1:9]]
+        with open("/proc/self/stat") as f:
+            own = f.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return None
+    total = sum(cpu)  # user nice system idle iowait irq softirq steal
+    return total - cpu[3] - cpu[4], total, int(own[11]) + int(own[12])  # utime + stime
+
+
+def _others_share(before: tuple | None, after: tuple | None) -> float | None:
+    """The share of all CPUs' time that other processes used between two _cpu_jiffies
+    readings; None where unknown or too short to tell (under 20 ticks)."""
+    if before is None or after is None or after[1] - before[1] < 20:
+        return None
+    busy, total, own = (a - b for a, b in zip(after, before))
+    return min(1.0, max(0.0, (busy - own) / total))
 
 
 def saved_for_backward(
@@ -147,13 +186,20 @@ class Pooled:
     calls: int
     rounds: int = 1
     round_spread: float = 0.0
+    others_cpu: float = 0.0  # the median over rounds of the CPU share others used
+
+    @property
+    def busy(self) -> bool:
+        """Whether other processes used more than BUSY_SHARE of the CPUs meanwhile."""
+        return self.others_cpu > BUSY_SHARE
 
     @property
     def noisy(self) -> bool:
-        """Whether the runs spread, or the rounds disagree, by more than NOISY_SPREAD of
-        the median: a slow spell of the machine can fill one round, whose runs then agree
-        with each other and not with the other rounds'."""
-        return self.iqr_us > NOISY_SPREAD * self.median_us or self.round_spread > NOISY_SPREAD
+        """Whether the machine was busy, or the runs spread or the rounds disagree by
+        more than NOISY_SPREAD of the median (a slow spell of the machine can fill one
+        round, whose runs then agree with each other and not with the other rounds')."""
+        spread = self.iqr_us > NOISY_SPREAD * self.median_us or self.round_spread > NOISY_SPREAD
+        return spread or self.busy
 
 
 def interleaved(
@@ -206,9 +252,13 @@ def _pool(ms: list[benchmark.Measurement]) -> Pooled:
         disagreement = q3 - q1
     else:
         disagreement = max(medians) - min(medians)
+    shares = [
+        m.metadata["others_cpu"] for m in ms if (m.metadata or {}).get("others_cpu") is not None
+    ]
     (m,) = benchmark.Measurement.merge(ms)
     spread = disagreement / m.median if m.median > 0 else 0.0
-    return Pooled(m.median * 1e6, m.iqr * 1e6, calls, len(ms), spread)
+    others = statistics.median(shares) if shares else 0.0
+    return Pooled(m.median * 1e6, m.iqr * 1e6, calls, len(ms), spread, others)
 
 
 def time_ratio(median_us: float, base_us: float | None, noisy: bool = False) -> str:
@@ -227,9 +277,10 @@ def ratio_notes(baseline: str, any_noisy: bool, what: str = "") -> str:
     lines = [what or f"time ratio: the row's median over that of {baseline} (below 1.00x: faster)"]
     if any_noisy:
         lines.append(
-            f"?: this row's or its baseline's runs spread (IQR), or its rounds disagree, by "
-            f"more than {NOISY_SPREAD:.0%} of the median even after longer measuring: the "
-            "machine was busy, and the ratio is uncertain by about as much"
+            "?: the machine was busy while this row or its baseline was measured, even after "
+            f"longer measuring (other processes used over {BUSY_SHARE:.0%} of the CPUs, or "
+            f"the runs spread or the rounds disagreed by over {NOISY_SPREAD:.0%} of the "
+            "median): the ratio is uncertain, on a busy machine by far more than that"
         )
     return "\n".join(lines)
 
