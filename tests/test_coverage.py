@@ -2,6 +2,9 @@
 
 import importlib
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -182,3 +185,21 @@ def test_command_shows_progress_on_stderr(monkeypatch, capsys):
     assert coverage.main(["ScalarTensor", "--no-samples", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["max_samples"] == 0 and data["means"]["handled"] == ScalarTensor.handled_means
+
+
+def test_command_piped_into_head_exits_cleanly():
+    # `python -m tensortools.coverage ... | head` may close the pipe before the command
+    # writes: here the reading end is closed from the start
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tensortools.coverage", "ScalarTensor", "--no-samples"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        os.close(write)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
