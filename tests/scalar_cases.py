@@ -66,6 +66,13 @@ CASES = [
     ("operator d * s", lambda d, e, t, s: d * s, True),
     ("operator d / s", lambda d, e, t, s: d / s, True),
     ("operator d @ d", lambda d, e, t, s: d @ e, True),
+    # a few of the elementwise table (tests/test_scalar_elementwise.py sweeps all of it);
+    # transcendental ones may round differently in torch's vectorised loops
+    ("sin", lambda d, e, t, s: torch.sin(d), False),
+    ("relu", lambda d, e, t, s: torch.relu(d), True),
+    ("clamp number", lambda d, e, t, s: torch.clamp(d, max=s), True),
+    ("pow number", lambda d, e, t, s: torch.pow(d, s), False),
+    ("gt number", lambda d, e, t, s: d > s, True),
 ]
 
 

@@ -8,7 +8,7 @@ import torch
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, bench, coverage, demo
 from tensortools.bench.__main__ import main as bench_main
 from tensortools.bench.plot import main as plot_main
-from tensortools.bench.scalar import format_scalar_table, scalar_rows
+from tensortools.bench.scalar import ELEMENTWISE_ROWS, format_scalar_table, scalar_rows
 
 pytestmark = pytest.mark.slow  # runs the benchmarks
 
@@ -110,7 +110,9 @@ def test_bench_command_writes_json_and_plot(tmp_path, capsys):
     assert data["machine"] and len(data["lltm"]) == 8 and len(data["conv_bn"]) == 2
     assert len(data["sequence"]) == 6  # eager and cell loops, the op, the two without
     # the input's gradient, the op's products
-    assert len(data["scalar"]) == 9 and len(data["dispatch"]) == 33 and "compiled" not in data
+    assert (
+        len(data["scalar"]) == 9 + 2 * 5 and len(data["dispatch"]) == 33 and "compiled" not in data
+    )
     printed = capsys.readouterr().out
     assert "tensortools op" in printed
     assert "2/3/4 float32, forward+backward: " in printed  # the verdict
@@ -132,10 +134,10 @@ def test_scalar_rows_compare_structured_with_dense():
         ("d @ d", "dense matrix"),
         ("inverse(d)", "ScalarTensor (structured)"),
         ("inverse(d)", "dense matrix"),
-    }
+    } | {(op, v) for op in ELEMENTWISE_ROWS for v in ("ScalarTensor (structured)", "dense matrix")}
     table = format_scalar_table(rows).splitlines()
     ratios = [line.split()[-1].rstrip("?") for line in table[1 : 1 + len(rows)]]
-    assert all(r.endswith("x") for r in ratios) and ratios.count("1.00x") >= 4
+    assert all(r.endswith("x") for r in ratios) and ratios.count("1.00x") >= 4 + 5
     assert table[1 + len(rows)].startswith("time ratio:")
 
 

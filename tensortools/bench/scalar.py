@@ -8,12 +8,21 @@ import torch
 
 from tensortools.bench.timing import Row, interleaved, ratio_notes, time_call, time_ratio
 
-__all__ = ["SCALAR_SIZES", "scalar_rows", "format_scalar_table"]
+__all__ = ["SCALAR_SIZES", "ELEMENTWISE_ROWS", "scalar_rows", "format_scalar_table"]
 
 SCALAR_SIZES = (256, 1024, 2048)
 STRUCTURED = "ScalarTensor (structured)"
 DENSE = "dense matrix"
 DENSE_FORMED = "dense, eye * value formed per call"
+#: Elementwise calls of the derived table (scalar_elementwise): transcendental, cheap,
+#: an activation and a comparison.
+ELEMENTWISE_ROWS = {
+    "sin(d)": torch.sin,
+    "tanh(d)": torch.tanh,
+    "abs(d)": torch.abs,
+    "relu(d)": torch.relu,
+    "d > 0": lambda t: t > 0,
+}
 
 
 def scalar_rows(
@@ -25,10 +34,11 @@ def scalar_rows(
     rounds: int = 3,
     progress: Callable[[str], None] | None = None,
 ) -> list[Row]:
-    """Time ``d @ x``, ``x + d``, ``d @ d`` and ``torch.inverse(d)`` for d a ScalarTensor
-    (N, 2.5) and x a dense N×N matrix, against the dense ``D = 2.5 * eye(N)``: given
-    ready, and (for ``d @ x``, where forming it is part of the dense recipe) formed in
-    the call. Rows have size ``(N,)`` and the operation as their phase."""
+    """Time ``d @ x``, ``x + d``, ``d @ d``, ``torch.inverse(d)`` and the elementwise calls
+    of :data:`ELEMENTWISE_ROWS` for d a ScalarTensor (N, 2.5) and x a dense N×N matrix,
+    against the dense ``D = 2.5 * eye(N)``: given ready, and (for ``d @ x``, where forming
+    it is part of the dense recipe) formed in the call. Rows have size ``(N,)`` and the
+    operation as their phase."""
     from tensortools import ScalarTensor
 
     value = 2.5
@@ -49,6 +59,9 @@ def scalar_rows(
             ("inverse(d)", STRUCTURED): lambda: torch.inverse(d),
             ("inverse(d)", DENSE): lambda: torch.inverse(dense),
         }
+        for name, fn in ELEMENTWISE_ROWS.items():
+            cases[name, STRUCTURED] = lambda fn=fn: fn(d)
+            cases[name, DENSE] = lambda fn=fn: fn(dense)
         measures = {key: lambda fn=fn: time_call(fn, min_run_time) for key, fn in cases.items()}
         pooled = interleaved(
             measures, rounds, progress, lambda key: f"ScalarTensor N={n} {key[0]} {key[1]}"

@@ -17,13 +17,16 @@ __all__ = ["ScalarTensor"]
 class ScalarTensor(TensorLike):
     """The N×N matrix ``value * I_N``, stored as ``N`` and ``value``.
 
-    (The structured handlers live in ``scalar_handlers``, the queries and conversions in
-    ``scalar_queries``, the rules of in-place calls in ``scalar_in_place``.)
+    (The structured handlers live in ``scalar_handlers`` and ``scalar_elementwise``, the
+    queries and conversions in ``scalar_queries``, the rules of in-place calls in
+    ``scalar_in_place``.)
 
     Any torch function accepts it. Structured handlers answer cheaply and exactly (the
     same values as on the dense matrix): add, sub, mul and div by a number or another
     ScalarTensor, neg, matmul/mm with a ScalarTensor or a dense tensor, dense +
-    ScalarTensor, mean, sum, trace, det, inverse, diag/diagonal, transpose/t. Other calls,
+    ScalarTensor, mean, sum, trace, det, inverse, diag/diagonal, transpose/t, and the
+    elementwise functions that keep 0 at 0 (sin, tanh, abs, relu, clamp or comparisons
+    with numbers, ...: ``scalar_elementwise``). Other calls,
     and structured ones whose dense answer is not of this form (``d * inf`` puts NaN off
     the diagonal), run on the dense matrix under the default ``"fallback"`` policy, or
     raise ``TypeError`` under ``"strict"`` (``ScalarTensor.set_policy("strict")``).
@@ -240,7 +243,12 @@ def densify(obj: Any, memo: dict) -> Any:
 
 
 # The modules that register on ScalarTensor's table (imported last: they use the class).
-from tensortools.types import scalar_handlers, scalar_in_place, scalar_queries  # noqa: E402,F401
+from tensortools.types import (  # noqa: E402,F401
+    scalar_elementwise,
+    scalar_handlers,
+    scalar_in_place,
+    scalar_queries,
+)
 
 # torch.load(weights_only=True) may rebuild ScalarTensors once tensortools is imported.
 torch.serialization.add_safe_globals([ScalarTensor])

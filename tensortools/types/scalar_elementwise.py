@@ -1,0 +1,122 @@
+"""ScalarTensor's elementwise handlers, derived from one property instead of written one
+by one: an elementwise function f with f(0) = 0 maps ``value * I`` to ``f(value) * I``.
+
+Each function below is applied to the 2-element probe ``[value, 0]`` (a diagonal and an
+off-diagonal entry of the dense matrix, see scalar_handlers), with the call's own further
+arguments when they are numbers (or plain 0-d tensors, strings, None). The probe's result
+has the dtype, rounding and special values of the dense call's; it is structured when the
+off-diagonal entry stays 0 (``cos``, ``exp``, ``clamp(d, min=1)``, ``d > -1`` do not:
+they take the dense path). So the table holds functions that are elementwise: that is
+the one property a function must have to be listed, and the probe checks the other on
+every call.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from tensortools.types.scalar_handlers import _from_probe, _plain_operand, _probe, _structured
+from tensortools.types.scalar_tensor import ScalarTensor
+
+__all__: list[str] = []
+
+
+def _functions(namespace: Any, names: str) -> list[Callable]:
+    """The functions of `namespace` named in `names` that this torch has."""
+    return [getattr(namespace, n) for n in names.split() if hasattr(namespace, n)]
+
+
+#: Elementwise functions of one tensor and, besides it, only numbers or settings. Their
+#: method forms (``d.sin()``) come along; in-place forms (``d.sin_()``) keep their own
+#: rules (scalar_in_place).
+ELEMENTWISE: tuple[Callable, ...] = tuple(
+    _functions(
+        torch,
+        "abs absolute sign sgn signbit sqrt square sin sinh tan tanh asin arcsin asinh "
+        "arcsinh atan arctan atanh arctanh expm1 log1p erf erfinv trunc fix floor ceil round "
+        "frac deg2rad rad2deg relu nan_to_num isnan isinf isposinf isneginf angle "
+        # with numbers besides the tensor; the probe tells when the result leaves 0 off
+        # the diagonal (clamp(d, min=1), d > -1, d ** 0)
+        "clamp clip clamp_min clamp_max pow float_power remainder fmod floor_divide xlogy "
+        "copysign bitwise_and bitwise_left_shift bitwise_right_shift logical_and "
+        "eq ne lt le gt ge less less_equal greater greater_equal not_equal "
+        "maximum minimum fmax fmin",
+    )
+    + _functions(torch.special, "erf erfinv expm1 log1p round i1 i1e entr bessel_j1 xlogy xlog1py")
+    + _functions(
+        F,
+        "relu relu6 elu selu celu leaky_relu hardtanh gelu silu mish hardswish softsign "
+        "tanhshrink hardshrink softshrink threshold rrelu",
+    )
+)
+
+
+def _setting(x: Any, like: ScalarTensor) -> bool:
+    """Whether x can go to the probe as it is: a number or plain 0-d tensor (see
+    _plain_operand), a string or None. A finite number that the call's floating dtype
+    holds only as 0 or infinity is not: torch rounds it to the dtype on some paths and
+    not on others (pow(x, 5e-324) in float32 is 1 off the diagonal of a large tensor, 0
+    on a small one), so the dense call decides."""
+    if x is None or isinstance(x, str):
+        return True
+    if _plain_operand(x, like) is None:
+        return False
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and x != 0 and math.isfinite(x):
+        dtype = torch.result_type(like._pair, x)
+        dtype = dtype.to_real() if dtype.is_complex else dtype
+        if dtype.is_floating_point:
+            info = torch.finfo(dtype)
+            return info.tiny <= abs(x) <= info.max
+    return True
+
+
+def _signature(func: Callable) -> inspect.Signature | None:
+    try:
+        return inspect.signature(func)
+    except (TypeError, ValueError):  # a builtin: no flags that change what it does
+        return None
+
+
+def _elementwise(func: Callable) -> Callable:
+    signature = _signature(func)
+
+    def handler(input: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(input, ScalarTensor):
+            return NotImplemented  # (number ** d and the like: not zero-preserving)
+        if signature is not None:
+            try:
+                flags = signature.bind(input, *args, **kwargs).arguments
+            except TypeError:
+                return NotImplemented  # the dense call raises torch's own error
+            if flags.get("inplace") or flags.get("training"):
+                # in place: the rules of scalar_in_place; training: a random slope per entry
+                return NotImplemented
+        if not all(_setting(a, input) for a in (*args, *kwargs.values())):
+            return NotImplemented
+        probe = _probe(input)
+        if input.N <= 1:
+            # No entry off the diagonal. The dense matrix is empty (nothing computed, so
+            # nothing raised: 0 // 0 on integers) or one element, for which torch runs
+            # its scalar loop rather than its vectorised one (the two can differ in the
+            # last bits): the probe is cut to match.
+            part = func(probe[: input.N], *args, **kwargs)
+            pair = part.new_zeros(2)
+            pair[: input.N] = part
+            return ScalarTensor._from_pair(input.N, pair)
+        result = func(probe, *args, **kwargs)
+        if result.data_ptr() == probe.data_ptr():
+            result = result.clone()  # a function that returns its input: the result is new
+        return _from_probe(input, result)
+
+    handler.__name__ = f"_elementwise_{getattr(func, '__name__', 'function')}"
+    return handler
+
+
+for _func in ELEMENTWISE:
+    _structured(_func)(_elementwise(_func))
