@@ -164,6 +164,9 @@ def test_in_place_flags_and_out_are_left_to_the_in_place_rules():
     assert torch.equal(out, torch.sin(d.tensor()))
     kept = F.relu(d)  # a new ScalarTensor; d is unchanged
     assert kept.value == 0 and d.value == -0.5
+    for call in (lambda x: F.relu(x, inplace=True), lambda x: F.relu(x, True), F.relu_):
+        e = ScalarTensor(3, -0.5)
+        assert call(e) is e and e.value == 0  # in place: e itself changes
     assert isinstance(F.rrelu(d), ScalarTensor)  # not training: a fixed slope
     assert type(F.rrelu(d, training=True)) is torch.Tensor  # a random slope per entry
 
