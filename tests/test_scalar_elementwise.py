@@ -61,6 +61,12 @@ ARGUMENTS = {
     F.softshrink: [(0.3,)],
     F.rrelu: [{"lower": 0.1, "upper": 0.3}],
 }
+ARGUMENTS[torch.Tensor.to] = [
+    (torch.float64,),
+    (torch.int32,),
+    ("cpu",),
+    {"dtype": torch.float16, "copy": True},
+]
 for _compare in (
     *(torch.eq, torch.ne, torch.not_equal, torch.lt, torch.le, torch.gt, torch.ge),
     *(torch.less, torch.less_equal, torch.greater, torch.greater_equal),
@@ -87,6 +93,11 @@ def _calls(func):
 
 
 def _outcome(func, x, args, kwargs):
+    if getattr(torch.Tensor, getattr(func, "__name__", ""), None) is func:
+        # a method of torch.Tensor: called as one (x.double()), which a ScalarTensor, not
+        # being a torch.Tensor, answers through its table
+        name = func.__name__
+        func = lambda x, *a, **k: getattr(x, name)(*a, **k)  # noqa: E731
     try:
         return func(x, *args, **kwargs), None
     except Exception as err:  # the dense call may refuse the dtype or the arguments
@@ -108,7 +119,10 @@ def _same(got, want):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("func", ELEMENTWISE, ids=lambda f: f"{f.__module__}.{f.__name__}")
+@pytest.mark.filterwarnings("ignore:Casting complex values to real:UserWarning")  # (dense too)
+@pytest.mark.parametrize(
+    "func", ELEMENTWISE, ids=lambda f: f"{getattr(f, '__module__', None) or 'Tensor'}.{f.__name__}"
+)
 def test_every_elementwise_handler_equals_the_dense_call(func):
     structured = 0
     for dtype in DTYPES:
@@ -171,10 +185,15 @@ def test_in_place_flags_and_out_are_left_to_the_in_place_rules():
     assert type(F.rrelu(d, training=True)) is torch.Tensor  # a random slope per entry
 
 
-def test_a_function_returning_its_input_gives_a_new_scalar_tensor():
-    d = ScalarTensor(3, 2.0)
-    same = torch.clamp(d, min=-10)  # torch returns a new tensor; the handler must too
-    assert isinstance(same, ScalarTensor) and same._pair is not d._pair
+def test_results_are_new_or_the_input_itself_as_on_a_dense_tensor():
+    for n in (1, 3):
+        d = ScalarTensor(n, 2.0)
+        same = torch.clamp(d, min=-10)  # torch returns a new tensor; the handler must too
+        assert isinstance(same, ScalarTensor) and same._pair is not d._pair
+        # a cast to the dtype it has returns the tensor itself, dense or not
+        assert d.float() is d and d.to(torch.float32) is d
+        assert d.to(torch.float32, copy=True) is not d
+        assert d.double().dtype == torch.float64 and isinstance(d.double(), ScalarTensor)
 
 
 def test_coverage_counts_the_table():

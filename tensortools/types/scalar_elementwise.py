@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from tensortools.types.scalar_handlers import _from_probe, _plain_operand, _probe, _structured
 from tensortools.types.scalar_tensor import ScalarTensor
@@ -54,16 +55,18 @@ ELEMENTWISE: tuple[Callable, ...] = tuple(
         "relu relu6 elu selu celu leaky_relu hardtanh gelu silu mish hardswish softsign "
         "tanhshrink hardshrink softshrink threshold rrelu",
     )
+    # casts: 0 stays 0 in every dtype, and the probe moves where the matrix would
+    + _functions(Tensor, "to double float half bfloat16 int long short char byte bool cpu")
 )
 
 
 def _setting(x: Any, like: ScalarTensor) -> bool:
     """Whether x can go to the probe as it is: a number or plain 0-d tensor (see
-    _plain_operand), a string or None. A finite number that the call's floating dtype
-    holds only as 0 or infinity is not: torch rounds it to the dtype on some paths and
-    not on others (pow(x, 5e-324) in float32 is 1 off the diagonal of a large tensor, 0
-    on a small one), so the dense call decides."""
-    if x is None or isinstance(x, str):
+    _plain_operand), a string, a dtype, device or memory format, or None. A finite
+    number that the call's floating dtype holds only as 0 or infinity is not: torch
+    rounds it to the dtype on some paths and not on others (pow(x, 5e-324) in float32 is
+    1 off the diagonal of a large tensor, 0 on a small one), so the dense call decides."""
+    if x is None or isinstance(x, (str, torch.dtype, torch.device, torch.memory_format)):
         return True
     if _plain_operand(x, like) is None:
         return False
@@ -105,13 +108,18 @@ def _elementwise(func: Callable) -> Callable:
             # nothing raised: 0 // 0 on integers) or one element, for which torch runs
             # its scalar loop rather than its vectorised one (the two can differ in the
             # last bits): the probe is cut to match.
-            part = func(probe[: input.N], *args, **kwargs)
+            probe = probe[: input.N]
+            part = func(probe, *args, **kwargs)
+            if part is probe:
+                return input
             pair = part.new_zeros(2)
             pair[: input.N] = part
             return ScalarTensor._from_pair(input.N, pair)
         result = func(probe, *args, **kwargs)
+        if result is probe:
+            return input  # torch returns its input (x.float() of a float32 x): so does this
         if result.data_ptr() == probe.data_ptr():
-            result = result.clone()  # a function that returns its input: the result is new
+            result = result.clone()  # a view of the pair: the result must not share it
         return _from_probe(input, result)
 
     handler.__name__ = f"_elementwise_{getattr(func, '__name__', 'function')}"
