@@ -240,3 +240,26 @@ def test_operator_forms_equal_the_dense_operators(dtype):
                 _same(got, want)
             except AssertionError as err:
                 raise AssertionError(f"{name} with value {value} ({dtype})") from err
+
+
+def test_hostile_arguments_give_the_dense_calls_answer_or_error():
+    d = ScalarTensor(3, 0.5)
+    for call in (
+        lambda x: torch.round(x, decimals=10**20),  # no dtype holds it
+        lambda x: torch.pow(x, 10**30),
+        lambda x: torch.clamp(x, min=torch.tensor([1.0, 2.0, 3.0])),  # not 0-d
+        lambda x: F.threshold(x, 0.5, torch.tensor(1.0, requires_grad=True)),
+        lambda x: F.gelu(x, approximate="bogus"),
+        lambda x: x > 1j,
+    ):
+        want, want_error = _outcome(call, d.tensor(), (), {})
+        got, got_error = _outcome(call, d, (), {})
+        if want_error is not None:
+            assert type(got_error) is type(want_error), (want_error, got_error)
+        else:
+            _same(got, want)
+    # on the meta device there are no values to check: the dense call answers
+    meta = d.to("meta")
+    assert type(meta) is torch.Tensor and meta.device.type == "meta" and meta.shape == (3, 3)
+    on_meta = ScalarTensor(3, 0.5, device="meta")
+    assert torch.sin(on_meta).device.type == "meta"

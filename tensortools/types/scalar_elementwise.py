@@ -71,7 +71,10 @@ def _setting(x: Any, like: ScalarTensor) -> bool:
     if _plain_operand(x, like) is None:
         return False
     if isinstance(x, (int, float)) and not isinstance(x, bool) and x != 0 and math.isfinite(x):
-        dtype = torch.result_type(like._pair, x)
+        try:
+            dtype = torch.result_type(like._pair, x)
+        except (OverflowError, RuntimeError, TypeError, ValueError):
+            return False  # (an int too large for any dtype: the dense call's error)
         dtype = dtype.to_real() if dtype.is_complex else dtype
         if dtype.is_floating_point:
             info = torch.finfo(dtype)
@@ -103,6 +106,8 @@ def _elementwise(func: Callable) -> Callable:
         if not all(_setting(a, input) for a in (*args, *kwargs.values())):
             return NotImplemented
         probe = _probe(input)
+        if probe.device.type == "meta":
+            return NotImplemented
         if input.N <= 1:
             # No entry off the diagonal. The dense matrix is empty (nothing computed, so
             # nothing raised: 0 // 0 on integers) or one element, for which torch runs
@@ -116,6 +121,8 @@ def _elementwise(func: Callable) -> Callable:
             pair[: input.N] = part
             return ScalarTensor._from_pair(input.N, pair)
         result = func(probe, *args, **kwargs)
+        if result.device.type == "meta":
+            return NotImplemented  # no values to look at: the dense call answers
         if result is probe:
             return input  # torch returns its input (x.float() of a float32 x): so does this
         if result.data_ptr() == probe.data_ptr():
