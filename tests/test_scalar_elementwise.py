@@ -263,3 +263,41 @@ def test_hostile_arguments_give_the_dense_calls_answer_or_error():
     assert type(meta) is torch.Tensor and meta.device.type == "meta" and meta.shape == (3, 3)
     on_meta = ScalarTensor(3, 0.5, device="meta")
     assert torch.sin(on_meta).device.type == "meta"
+
+
+@pytest.mark.slow
+def test_threads_sharing_one_scalar_tensor_get_their_own_answers():
+    # Handlers read the shared pair [value, 0] and never write it: interleave calls that
+    # stay structured, go dense, cast and change another ScalarTensor in place.
+    import threading
+
+    d = ScalarTensor(5, -0.75)
+    calls = {
+        "sin": (lambda: torch.sin(d), torch.sin(d.tensor())),
+        "clamp dense": (lambda: torch.clamp(d, min=1), torch.clamp(d.tensor(), min=1)),
+        "gt": (lambda: d > -1, d.tensor() > -1),
+        "double": (lambda: d.double(), d.tensor().double()),
+        "relu": (lambda: F.relu(d), F.relu(d.tensor())),
+    }
+    barrier, failures = threading.Barrier(8), []
+
+    def work(i):
+        barrier.wait()
+        for step in range(200):
+            name = list(calls)[(i + step) % len(calls)]
+            fn, want = calls[name]
+            got = fn()
+            got = got.tensor() if isinstance(got, ScalarTensor) else got
+            if not torch.equal(got, want):
+                failures.append((i, step, name))
+            own = ScalarTensor(5, -0.75)
+            F.relu(own, inplace=True)  # in place on a ScalarTensor of this thread only
+            if own.value != 0:
+                failures.append((i, step, "in place"))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures and d.value == -0.75
