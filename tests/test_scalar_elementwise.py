@@ -302,3 +302,57 @@ def test_threads_sharing_one_scalar_tensor_get_their_own_answers():
     for t in threads:
         t.join()
     assert not failures and d.value == -0.75
+
+
+# functions of the table that take a second tensor: with a ScalarTensor of the same size
+# there, the two probes meet entry for entry
+PAIRED = (
+    *(torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge),
+    *(torch.maximum, torch.minimum, torch.fmax, torch.fmin),
+    *(torch.pow, torch.float_power, torch.remainder, torch.fmod, torch.floor_divide),
+    *(torch.copysign, torch.xlogy, torch.bitwise_and, torch.logical_and),
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("func", PAIRED, ids=lambda f: f.__name__)
+def test_two_scalar_tensors_of_one_size_combine_as_their_dense_matrices(func):
+    pairs = [
+        (torch.float32, torch.float32),
+        (torch.float16, torch.float64),
+        (torch.int64, torch.float32),
+        (torch.int8, torch.int64),
+        (torch.bool, torch.bool),
+        (torch.complex64, torch.float32),
+    ]
+    structured = 0
+    for dtype_a, dtype_b in pairs:
+        values_a, values_b = _values(dtype_a)[:7], _values(dtype_b)[::2]
+        for a in values_a:
+            for b in values_b:
+                for n in SIZES:
+                    d, e = ScalarTensor(n, a, dtype=dtype_a), ScalarTensor(n, b, dtype=dtype_b)
+                    want, want_error = _outcome(func, d.tensor(), (e.tensor(),), {})
+                    got, got_error = _outcome(func, d, (e,), {})
+                    where = f"{func.__name__}({d!r} {dtype_a}, {e!r} {dtype_b})"
+                    if want_error is not None:
+                        assert isinstance(got_error, type(want_error)), (where, got_error)
+                        continue
+                    assert got_error is None, (where, got_error)
+                    try:
+                        _same(got, want)
+                    except AssertionError as err:
+                        raise AssertionError(where) from err
+                    structured += isinstance(got, ScalarTensor)
+    assert structured > 0, f"{func.__name__}: never structured"
+
+
+def test_scalar_tensors_of_other_sizes_or_devices_go_to_the_dense_call():
+    d = ScalarTensor(3, 1.5)
+    assert torch.equal(d > ScalarTensor(1, 1.0), d.tensor() > 1.0)  # (broadcasts, dense)
+    with pytest.raises(RuntimeError, match="size of tensor"):
+        d > ScalarTensor(4, 1.0)  # noqa: B015
+    assert isinstance(d != ScalarTensor(3, 1.0), ScalarTensor)
+    assert type(d == ScalarTensor(3, 1.0)) is torch.Tensor  # 0 == 0 off the diagonal
+    on_meta = ScalarTensor(3, 1.0, device="meta")
+    assert (d.to("meta") > on_meta).device.type == "meta"

@@ -3,7 +3,8 @@ by one: an elementwise function f with f(0) = 0 maps ``value * I`` to ``f(value)
 
 Each function below is applied to the 2-element probe ``[value, 0]`` (a diagonal and an
 off-diagonal entry of the dense matrix, see scalar_handlers), with the call's own further
-arguments when they are numbers (or plain 0-d tensors, strings, None). The probe's result
+arguments when they are numbers (or plain 0-d tensors, strings, None), or another
+ScalarTensor of the same size, whose probe goes alongside (d == e). The probe's result
 has the dtype, rounding and special values of the dense call's; it is structured when the
 off-diagonal entry stays 0 (``cos``, ``exp``, ``clamp(d, min=1)``, ``d > -1`` do not:
 they take the dense path). So the table holds functions that are elementwise: that is
@@ -82,6 +83,20 @@ def _setting(x: Any, like: ScalarTensor) -> bool:
     return True
 
 
+def _alike(x: Any, like: ScalarTensor) -> bool:
+    """Whether x is a ScalarTensor that combines with like entry for entry: the same N,
+    on the same device."""
+    return isinstance(x, ScalarTensor) and x.N == like.N and x.device == like.device
+
+
+def _probes_of(arguments: Any, n: int) -> Any:
+    """arguments with each ScalarTensor replaced by its probe (cut to n entries for
+    n <= 1, like the probe it meets)."""
+    return torch.utils._pytree.tree_map_only(
+        ScalarTensor, lambda x: _probe(x) if n > 1 else _probe(x)[:n], arguments
+    )
+
+
 def _signature(func: Callable) -> inspect.Signature | None:
     try:
         return inspect.signature(func)
@@ -103,11 +118,14 @@ def _elementwise(func: Callable) -> Callable:
             if flags.get("inplace") or flags.get("training"):
                 # in place: the rules of scalar_in_place; training: a random slope per entry
                 return NotImplemented
-        if not all(_setting(a, input) for a in (*args, *kwargs.values())):
+        if not all(_setting(a, input) or _alike(a, input) for a in (*args, *kwargs.values())):
             return NotImplemented
         probe = _probe(input)
         if probe.device.type == "meta":
             return NotImplemented
+        # another ScalarTensor of the same size (d == e, maximum(d, e)): its probe, whose
+        # entries meet d's entry for entry
+        args, kwargs = _probes_of((args, kwargs), input.N)
         if input.N <= 1:
             # No entry off the diagonal. The dense matrix is empty (nothing computed, so
             # nothing raised: 0 // 0 on integers) or one element, for which torch runs

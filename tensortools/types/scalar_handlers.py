@@ -267,10 +267,9 @@ def _accumulated(d: ScalarTensor, accumulate: bool = False) -> Tensor:
     return total if accumulate else total.to(dtype)
 
 
-@_structured(torch.sum)
-def _sum(input, *args, **kwargs):
-    if args or kwargs:
-        return NotImplemented
+def _sum(input):
+    """torch.sum(d) without further arguments (registered with the other sums in
+    scalar_reductions)."""
     return _accumulated(input)
 
 
@@ -281,12 +280,10 @@ def _trace(input):
     return _accumulated(input)
 
 
-@_structured(torch.mean)
-def _mean(input, *args, **kwargs):
+def _mean(input):
+    """torch.mean(d) without further arguments (registered in scalar_reductions)."""
     if (
-        args
-        or kwargs
-        or input.N == 0
+        input.N == 0
         or input.N >= 2**31
         or not (input.dtype.is_floating_point or input.dtype.is_complex)
     ):
@@ -300,11 +297,20 @@ def _mean(input, *args, **kwargs):
 _LAPACK_DTYPES = frozenset({torch.float32, torch.float64, torch.complex64, torch.complex128})
 
 
+def power(v: Tensor, n: int) -> Tensor:
+    """v ** n for a 0-d tensor v and an int n; complex in double precision, where the
+    angle n * arg(v) keeps its value for large n (float32's pi is 9e-8 off: (-2+0j) ** 33
+    would have an imaginary part of 2e4 in complex64)."""
+    if v.is_complex():
+        return torch.pow(v.to(torch.complex128), n).to(v.dtype)
+    return torch.pow(v, n)
+
+
 @_structured(torch.det, torch.linalg.det)
 def _det(input):
     if input.dtype not in _LAPACK_DTYPES or not _lapack_safe(input):
         return NotImplemented
-    det = torch.pow(input._scalar(), input.N)
+    det = power(input._scalar(), input.N)
     # An overflowing product is left to LAPACK: a complex one is Inf+NaNj there.
     return det if bool(torch.isfinite(det)) else NotImplemented
 

@@ -247,7 +247,9 @@ from tensortools.types import (  # noqa: E402,F401
     scalar_elementwise,
     scalar_handlers,
     scalar_in_place,
+    scalar_linalg,
     scalar_queries,
+    scalar_reductions,
 )
 
 # torch.load(weights_only=True) may rebuild ScalarTensors once tensortools is imported.

@@ -1,0 +1,202 @@
+"""ScalarTensor's linear algebra: ``value * I_N`` has every eigenvalue and every singular
+value equal to its value (or its modulus), so each of these is the maths of one number.
+
+Each handler runs the call on the 1x1 stand-in ``[[value]]`` where it can: that call
+checks the arguments and the dtype, and gives the result's dtype and type, as the dense
+call would; the handler then scales what it found to N (det is vᴺ, the eigenvalues are N
+copies, the matrix exponential is exp(v) * I). The dense LAPACK routines treat value * I
+exactly only for a finite value that is 0 or normal (see ``_lapack_safe``), and a result
+near the dtype's limits is a matter of their order of operations: those cases, and N = 0,
+go to the dense call.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from tensortools.types.scalar_handlers import (
+    _LAPACK_DTYPES,
+    _lapack_safe,
+    _structured,
+    power,
+    scale_finite,
+)
+from tensortools.types.scalar_reductions import _in_range
+from tensortools.types.scalar_tensor import ScalarTensor
+
+__all__: list[str] = []
+
+
+def _usable(d: Any) -> bool:
+    return (
+        isinstance(d, ScalarTensor)
+        and d.N > 0
+        and d.dtype in _LAPACK_DTYPES
+        and d.device.type != "meta"
+        and _lapack_safe(d)
+    )
+
+
+def _one(func: Callable, d: ScalarTensor, *args: Any, **kwargs: Any) -> Any:
+    """func on the 1x1 stand-in [[value]], or NotImplemented where it raises (the dense
+    call then raises with the matrix's own sizes)."""
+    try:
+        return func(ScalarTensor._from_pair(1, d._pair).tensor(), *args, **kwargs)
+    except Exception:
+        return NotImplemented
+
+
+def _diagonal(d: ScalarTensor, number: Tensor) -> Any:
+    """number * I_N as a ScalarTensor, where number is finite and well inside its dtype's
+    range (else the dense call, whose order of operations decides near the limits)."""
+    if not (bool(torch.isfinite(number)) and _in_range(abs(number.item()), number.dtype)):
+        return NotImplemented
+    return ScalarTensor._from_pair(d.N, torch.stack((number, torch.zeros_like(number))))
+
+
+def _settings(*xs: Any) -> bool:
+    return all(x is None or isinstance(x, (bool, int, float, str)) for x in xs)
+
+
+def _slogdet_as(kind: type) -> Callable:
+    """slogdet as sign(v)^N and N log|v|; torch.slogdet and linalg.slogdet differ only in
+    the name of their result's type."""
+
+    def handler(input):
+        if not _usable(input):
+            return NotImplemented
+        sign, logabs = torch.linalg.slogdet(ScalarTensor._from_pair(1, input._pair).tensor())
+        return kind((power(sign, input.N), logabs * input.N))
+
+    return handler
+
+
+_structured(torch.slogdet)(_slogdet_as(torch.return_types.slogdet))
+_structured(torch.linalg.slogdet)(_slogdet_as(torch.return_types.linalg_slogdet))
+
+
+@_structured(torch.logdet)
+def _logdet(input):
+    if not _usable(input):
+        return NotImplemented
+    sign, logabs = torch.linalg.slogdet(ScalarTensor._from_pair(1, input._pair).tensor())
+    sign, logabs = power(sign, input.N), logabs * input.N
+    if input.dtype.is_complex:
+        return torch.log(sign) + logabs  # (logabs is -inf for a zero value, as on LAPACK)
+    # a negative determinant has no real logarithm: NaN, as the dense call gives
+    return torch.where(sign < 0, torch.full_like(logabs, math.nan), logabs)
+
+
+@_structured(torch.matrix_power, torch.linalg.matrix_power)
+def _matrix_power(input, n):
+    if (
+        not isinstance(input, ScalarTensor)
+        or type(n) is not int
+        or input.N == 0
+        or input.device.type == "meta"
+    ):
+        return NotImplemented
+    v = input._scalar()
+    if n == 0:
+        return ScalarTensor._from_pair(input.N, torch.stack((torch.ones_like(v), v.new_zeros(()))))
+    if n < 0:  # the inverse's power: LAPACK's rules
+        if not _usable(input) or bool(v == 0):
+            return NotImplemented
+        v, n = torch.reciprocal(v), -n
+    if input.dtype == torch.bool or not bool(torch.isfinite(v)):
+        return NotImplemented  # (no bool matmul; off the diagonal inf * 0 is NaN)
+    if not (v.is_floating_point() or v.is_complex()):
+        # integers: the dense products wrap around as this power does
+        return ScalarTensor._from_pair(input.N, torch.stack((v.pow(n), v.new_zeros(()))))
+    # every intermediate power of the dense squarings must stay finite off the diagonal
+    # (compared as logarithms: v ** n may be beyond float64 too)
+    magnitude = abs(v.item())
+    info = torch.finfo(v.dtype.to_real() if v.is_complex() else v.dtype)
+    if magnitude != 0 and not (
+        math.log(4 * info.tiny) <= n * math.log(magnitude) <= math.log(info.max / 4)
+    ):
+        return NotImplemented
+    return _diagonal(input, power(v, n))
+
+
+@_structured(torch.matrix_exp, torch.linalg.matrix_exp)
+def _matrix_exp(input):
+    if not _usable(input):
+        return NotImplemented
+    real = input._scalar().real.item() if input.dtype.is_complex else input._scalar().item()
+    info = torch.finfo(input.dtype.to_real() if input.dtype.is_complex else input.dtype)
+    if not math.log(4 * info.tiny) <= real <= math.log(info.max / 4):
+        return NotImplemented  # near overflow or underflow the dense squarings decide
+    one = _one(torch.linalg.matrix_exp, input)
+    if one is NotImplemented:
+        return one
+    return _diagonal(input, one[0, 0])
+
+
+def _repeated(func: Callable) -> Callable:
+    """func's N values (eigenvalues, singular values): N copies of the stand-in's one."""
+
+    def handler(input, *args, **kwargs):
+        if not _usable(input) or not _settings(*args, *kwargs.values()):
+            return NotImplemented
+        one = _one(func, input, *args, **kwargs)
+        if one is NotImplemented:
+            return one
+        return one.expand(input.N).clone()
+
+    handler.__name__ = f"_repeated_{func.__name__}"
+    return handler
+
+
+for _func in (torch.linalg.eigvals, torch.linalg.eigvalsh, torch.linalg.svdvals):
+    _structured(_func)(_repeated(_func))
+
+
+@_structured(torch.linalg.cholesky)
+def _cholesky(input, *, upper=False):
+    if not _usable(input) or input.dtype.is_complex or not isinstance(upper, bool):
+        return NotImplemented
+    if not bool(input._scalar() > 0):
+        return NotImplemented  # not positive definite: the dense call's error
+    return _diagonal(input, torch.sqrt(input._scalar()))
+
+
+@_structured(torch.pinverse, torch.linalg.pinv)
+def _pinv(input, *args, **kwargs):
+    # the default tolerances only: they keep every singular value of value * I
+    # (rtol = N * eps < 1) or, for a zero value, none
+    if args or kwargs or not _usable(input):
+        return NotImplemented
+    v = input._scalar()
+    return _diagonal(input, torch.zeros_like(v) if bool(v == 0) else torch.reciprocal(v))
+
+
+@_structured(torch.linalg.solve)
+def _solve(A, B, *, left=True):
+    """X with A X = B (X A = B for left=False): B / value, in one pass over B that also
+    checks B is finite (elsewhere LU's 0 * inf terms put NaN in the dense answer)."""
+    if (
+        not _usable(A)
+        or type(B) is not Tensor
+        or B.dtype != A.dtype
+        or B.device != A.device
+        or A.dtype.is_complex
+        or B.requires_grad
+        or not isinstance(left, bool)
+        or B.dim() == 0
+        or B.shape[-1 if (B.dim() == 1 or not left) else -2] != A.N
+    ):
+        return NotImplemented
+    v = A._scalar()
+    if bool(v == 0):
+        return NotImplemented  # singular: the dense call's error
+    inverse = torch.reciprocal(v)
+    if not _in_range(inverse.item(), A.dtype):
+        return NotImplemented
+    out, finite = scale_finite(B, inverse)
+    return out if bool(finite) else NotImplemented

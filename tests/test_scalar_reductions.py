@@ -1,0 +1,308 @@
+"""ScalarTensor's reductions and linear algebra against the same call on the dense matrix:
+every registered function, with each of its argument sets, over dtypes, special values
+(0, -0, the dtype's extremes, inf, NaN) and sizes (0 to 3 and 17, where the handlers
+widen a 2x2 stand-in or use a closed form, and 64, where torch's reductions vectorise)."""
+
+import math
+
+import pytest
+import torch
+
+from tensortools import ScalarTensor
+from tensortools.types import scalar_reductions as reductions
+
+DTYPES = [
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.complex64,
+    torch.complex128,
+    torch.int64,
+    torch.int8,
+    torch.bool,
+]
+SIZES = [0, 1, 2, 3, 17, 64]
+INF = math.inf
+
+# Argument sets for each function (every function also runs without); the dims in every
+# form torch takes: an int, a negative one, a tuple of both, a list, keepdim.
+ARGUMENTS = {
+    torch.amax: [{"dim": 0}, {"dim": 1, "keepdim": True}, {"dim": (0, 1)}, {"dim": [-1]}],
+    torch.amin: [{"dim": -2}, {"dim": (1, 0), "keepdim": True}],
+    torch.aminmax: [{"dim": 0}, {"dim": 1, "keepdim": True}],
+    torch.max: [(0,), (1, True), {"dim": -2}],
+    torch.min: [(0,), (1, True), {"dim": -1}],
+    torch.argmax: [(0,), {"dim": 1, "keepdim": True}],
+    torch.argmin: [(0,), {"dim": -1}],
+    torch.all: [(0,), {"dim": 1, "keepdim": True}, {"dim": (0, 1)}],
+    torch.any: [(1,), {"dim": (0, 1), "keepdim": True}],
+    torch.prod: [(0,), (1, True), {"dim": 0, "dtype": torch.float64}],
+    torch.sum: [
+        (0,),
+        {"dim": 1, "keepdim": True},
+        {"dim": (0, 1)},
+        {"dim": (0, 1), "keepdim": True},
+        {"dtype": torch.float64},
+        {"dim": -1, "dtype": torch.float32},
+    ],
+    torch.nansum: [(0,), {"dim": (0, 1)}],
+    torch.count_nonzero: [(0,), {"dim": (0, 1)}],
+    torch.mean: [(0,), {"dim": 1, "keepdim": True}, {"dim": (0, 1)}, {"dtype": torch.float64}],
+    torch.nanmean: [(0,), {"dim": (1, 0)}],
+    torch.var: [
+        (0,),
+        (1, False),
+        (False,),
+        {"dim": 0, "correction": 0},
+        {"dim": (0, 1), "correction": 2},
+        {"dim": 1, "unbiased": False, "keepdim": True},
+        {"correction": 0.5},
+    ],
+    torch.std: [(0,), (1, True, True), {"dim": (0, 1), "correction": 0}],
+    torch.var_mean: [(0,), {"dim": 1, "correction": 0, "keepdim": True}],
+    torch.std_mean: [(1,), {"correction": 3}],
+    torch.logsumexp: [(0,), (1, True), ((0, 1),)],
+    torch.norm: [
+        ("fro",),
+        ("nuc",),
+        (1,),
+        (3,),
+        (INF,),
+        (-INF,),
+        (-1,),
+        (0,),
+        (2, 0),
+        (2, 1, True),
+        {"p": 1, "dim": (0, 1)},
+        {"p": -INF, "dim": 0},
+        {"p": "fro", "dim": 1},
+        {"dtype": torch.float64},
+    ],
+    torch.nuclear_norm: [(True,)],
+    torch.linalg.norm: [
+        (2,),
+        ("fro",),
+        ("nuc",),
+        (-2,),
+        (1,),
+        (INF,),
+        (-INF,),
+        {"ord": 3, "dim": 0},
+        {"dim": 1},
+        {"ord": -1, "dim": (0, 1)},
+        {"ord": 0.5, "dim": -1, "keepdim": True},
+    ],
+    torch.linalg.vector_norm: [
+        (1,),
+        (0,),
+        (-1,),
+        (3.5,),
+        (INF,),
+        (-INF,),
+        {"ord": 2, "dim": 0, "keepdim": True},
+        {"dtype": torch.float64},
+    ],
+    torch.linalg.matrix_norm: [("nuc",), (2,), (-2,), (1,), (-INF,), {"keepdim": True}],
+}
+# sizes where a LAPACK call costs little: the linear algebra runs at these only
+LINALG = {
+    torch.det: [],
+    torch.linalg.det: [],
+    torch.slogdet: [],
+    torch.linalg.slogdet: [],
+    torch.logdet: [],
+    torch.inverse: [],
+    torch.linalg.inv: [],
+    torch.matrix_power: [(0,), (1,), (3,), (-2,)],
+    torch.linalg.matrix_power: [(5,), (-1,)],
+    torch.matrix_exp: [],
+    torch.linalg.matrix_exp: [],
+    torch.linalg.eigvals: [],
+    torch.linalg.eigvalsh: [("U",)],
+    torch.linalg.svdvals: [],
+    torch.linalg.cholesky: [{"upper": True}],
+    torch.pinverse: [],
+    torch.linalg.pinv: [{"hermitian": True}],
+}
+REDUCTIONS = (
+    *reductions.EXTREMES,
+    *reductions.SUMS,
+    *reductions.CLOSED_FORMS,
+    *reductions.NORMS,
+)
+
+
+def test_every_registered_reduction_is_swept():
+    assert set(REDUCTIONS) <= set(ARGUMENTS) | {torch.nuclear_norm}
+    for func in (*REDUCTIONS, *LINALG):
+        assert ScalarTensor.handler_for(func) is not None, func
+
+
+def _values(dtype):
+    if dtype == torch.bool:
+        return [True, False]
+    if not (dtype.is_floating_point or dtype.is_complex):
+        info = torch.iinfo(dtype)
+        return [0, 1, -3, info.max, info.min]
+    real = torch.finfo(dtype if dtype.is_floating_point else dtype.to_real())
+    values = [0.0, -0.0, 1.5, -2.0, 0.3, real.max, -real.max, real.tiny, 1e-3 * real.max]
+    values += [math.inf, -math.inf, math.nan]
+    return values + ([1 - 2j, -3j] if dtype.is_complex else [])
+
+
+def _calls(func, table):
+    return [((), {})] + [((), a) if isinstance(a, dict) else (a, {}) for a in table[func]]
+
+
+def _outcome(func, x, args, kwargs):
+    try:
+        return func(x, *args, **kwargs), None
+    except Exception as err:  # the dense call may refuse the dtype or the arguments
+        return None, err
+
+
+def _same(got, want, where):
+    if isinstance(want, tuple):
+        assert type(got) is type(want) and len(got) == len(want), where
+        for g, w in zip(got, want, strict=True):
+            _same(g, w, where)
+        return
+    got = got.tensor() if isinstance(got, ScalarTensor) else got
+    assert got.dtype == want.dtype and got.shape == want.shape, (where, got, want)
+    if want.dtype.is_floating_point or want.dtype.is_complex:
+        # the dense call adds in its own order (and LAPACK runs its own algorithm): to
+        # torch's tolerance for the dtype
+        torch.testing.assert_close(got, want, equal_nan=True, msg=lambda m: f"{where}: {m}")
+    else:
+        assert torch.equal(got, want), (where, got, want)
+
+
+def _sweep(func, table, dtypes, sizes):
+    """Every (dtype, value, size, arguments) against the dense call: the same result (or
+    the same kind of error). Returns how many answered without the dense matrix."""
+    structured = 0
+    handler = ScalarTensor.handler_for(func)
+    for dtype in dtypes:
+        for value in _values(dtype):
+            for n in sizes:
+                d = ScalarTensor(n, value, dtype=dtype)
+                for args, kwargs in _calls(func, table):
+                    where = (
+                        f"{func.__name__}(ScalarTensor({n}, {value!r}, {dtype}), {args} {kwargs})"
+                    )
+                    want, want_error = _outcome(func, d.tensor(), args, kwargs)
+                    got, got_error = _outcome(func, d, args, kwargs)
+                    if want_error is not None:
+                        assert isinstance(got_error, type(want_error)), (
+                            where,
+                            want_error,
+                            got_error,
+                        )
+                        continue
+                    assert got_error is None, (where, got_error)
+                    _same(got, want, where)
+                    structured += handler(d, *args, **kwargs) is not NotImplemented
+    return structured
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning")  # var's "degrees of freedom <= 0", dense too
+@pytest.mark.parametrize("func", list(ARGUMENTS), ids=lambda f: f.__name__)
+def test_every_reduction_equals_the_dense_call(func):
+    assert _sweep(func, ARGUMENTS, DTYPES, SIZES) > 0, f"{func.__name__}: never structured"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("func", list(LINALG), ids=lambda f: f"{f.__module__}.{f.__name__}")
+def test_every_linear_algebra_handler_equals_the_dense_call(func):
+    dtypes = [torch.float32, torch.float64, torch.complex64, torch.complex128, torch.int64]
+    assert _sweep(func, LINALG, dtypes, [0, 1, 2, 5, 33]) > 0, f"{func.__name__}: never structured"
+
+
+def test_reductions_answer_without_the_dense_matrix():
+    n = 100_000  # the dense matrix would take 40 GB
+    d = ScalarTensor(n, -2.0)
+    assert torch.amax(d).item() == 0 and torch.amin(d).item() == -2
+    assert torch.equal(d.sum(0), torch.full((n,), -2.0))
+    assert torch.equal(d.argmin(1), torch.arange(n))
+    assert d.max(0).indices[:3].tolist() == [1, 0, 0]  # the first zero of each column
+    assert d.norm().item() == pytest.approx(2 * math.sqrt(n))
+    assert torch.linalg.matrix_norm(d, "nuc").item() == pytest.approx(2 * n)
+    assert d.var().item() == pytest.approx(4 * (n - 1) / (n * n - 1) * n / n, rel=1e-4)
+    assert torch.logsumexp(d, 0)[0].item() == pytest.approx(math.log(math.exp(-2) + n - 1))
+    assert torch.equal(torch.linalg.eigvalsh(d), torch.full((n,), -2.0))
+    sign, logabs = torch.linalg.slogdet(d)
+    assert sign.item() == 1 and logabs.item() == pytest.approx(n * math.log(2), rel=1e-6)
+    assert isinstance(torch.matrix_exp(d), ScalarTensor)
+    assert torch.matrix_exp(d).value == pytest.approx(math.exp(-2), rel=1e-6)
+    b = torch.randn(n, 3)
+    torch.testing.assert_close(torch.linalg.solve(d, b), b / -2)
+
+
+def test_a_dense_right_hand_side_that_is_not_finite_goes_to_the_dense_solve():
+    d = ScalarTensor(4, 2.0)
+    for bad in (math.inf, math.nan):
+        b = torch.ones(4, 2)
+        b[1, 0] = bad
+        torch.testing.assert_close(
+            torch.linalg.solve(d, b), torch.linalg.solve(d.tensor(), b), equal_nan=True
+        )
+    for b, left in ((torch.ones(3, 4), False), (torch.ones(2, 4, 5), True), (torch.ones(4), True)):
+        torch.testing.assert_close(
+            torch.linalg.solve(d, b, left=left), torch.linalg.solve(d.tensor(), b, left=left)
+        )
+    with pytest.raises(RuntimeError):
+        torch.linalg.solve(ScalarTensor(4, 0.0), torch.ones(4, 2))  # singular, as dense
+    with pytest.raises(RuntimeError):
+        torch.linalg.solve(d, torch.ones(3, 2))  # the sizes disagree, as dense
+
+
+def test_arguments_the_handlers_do_not_take_go_to_the_dense_call():
+    d = ScalarTensor(5, 1.5)
+    other = torch.randn(5, 5)
+    torch.testing.assert_close(torch.max(d, other), torch.max(d.tensor(), other))
+    torch.testing.assert_close(
+        torch.linalg.pinv(d, rtol=0.5), torch.linalg.pinv(d.tensor(), rtol=0.5)
+    )
+    for bad in ({"dim": 2}, {"dim": (0, 0)}, {"dim": "x"}):
+        with pytest.raises((IndexError, RuntimeError, TypeError)) as dense_error:
+            torch.amax(d.tensor(), **bad)
+        with pytest.raises(dense_error.type):
+            torch.amax(d, **bad)
+    out = torch.empty(5)
+    assert torch.sum(d, 0, out=out) is out and torch.equal(out, torch.full((5,), 1.5))
+    # on the meta device there are no values: the dense call answers, with its shape
+    meta = ScalarTensor(5, 1.5, device="meta")
+    assert torch.amax(meta, 0).shape == (5,) and torch.linalg.svdvals(meta).shape == (5,)
+
+
+@pytest.mark.slow
+def test_threads_sharing_one_scalar_tensor_get_their_own_reductions():
+    import threading
+
+    d = ScalarTensor(9, -0.75)
+    calls = {
+        "amax": (lambda: d.amax(0), d.tensor().amax(0)),
+        "argmin": (lambda: d.argmin(1), d.tensor().argmin(1)),
+        "var": (lambda: d.var(0), d.tensor().var(0)),
+        "norm": (lambda: d.norm(p=3), d.tensor().norm(p=3)),
+        "eigvalsh": (lambda: torch.linalg.eigvalsh(d), torch.linalg.eigvalsh(d.tensor())),
+        "sum dense": (lambda: torch.sum(d, 0, dtype=torch.float64), d.tensor().double().sum(0)),
+    }
+    barrier, failures = threading.Barrier(8), []
+
+    def work(i):
+        barrier.wait()
+        for step in range(150):
+            name = list(calls)[(i + step) % len(calls)]
+            fn, want = calls[name]
+            if not torch.allclose(fn(), want):
+                failures.append((i, step, name))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures and d.value == -0.75
