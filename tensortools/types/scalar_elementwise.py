@@ -89,68 +89,92 @@ def _alike(x: Any, like: ScalarTensor) -> bool:
     return isinstance(x, ScalarTensor) and x.N == like.N and x.device == like.device
 
 
-def _probes_of(arguments: Any, n: int) -> Any:
-    """arguments with each ScalarTensor replaced by its probe (cut to n entries for
-    n <= 1, like the probe it meets)."""
-    return torch.utils._pytree.tree_map_only(
-        ScalarTensor, lambda x: _probe(x) if n > 1 else _probe(x)[:n], arguments
+def _probes_of(args: tuple, kwargs: dict, n: int) -> tuple[tuple, dict]:
+    """args and kwargs (flat: settings and ScalarTensors) with each ScalarTensor replaced
+    by its probe, cut to n entries for n <= 1 like the probe it meets."""
+
+    def probe(x: Any) -> Any:
+        if not isinstance(x, ScalarTensor):
+            return x
+        return _probe(x) if n > 1 else _probe(x)[:n]
+
+    return tuple(probe(a) for a in args), {k: probe(v) for k, v in kwargs.items()}
+
+
+def _flags(func: Callable) -> tuple[tuple[str, int | None], ...]:
+    """func's flags that the probe must not meet, each with its position among the
+    further arguments (None if keyword-only): inplace (the rules of scalar_in_place) and
+    training (rrelu's random slope per entry). Builtins have none."""
+    try:
+        parameters = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return ()
+    return tuple(
+        (p.name, i - 1 if p.kind is p.POSITIONAL_OR_KEYWORD else None)
+        for i, p in enumerate(parameters)
+        if p.name in ("inplace", "training")
     )
 
 
-def _signature(func: Callable) -> inspect.Signature | None:
-    try:
-        return inspect.signature(func)
-    except (TypeError, ValueError):  # a builtin: no flags that change what it does
-        return None
-
-
 def _elementwise(func: Callable) -> Callable:
-    signature = _signature(func)
+    flags = _flags(func)
 
     def handler(input: Any, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(input, ScalarTensor):
             return NotImplemented  # (number ** d and the like: not zero-preserving)
-        if signature is not None:
-            try:
-                flags = signature.bind(input, *args, **kwargs).arguments
-            except TypeError:
-                return NotImplemented  # the dense call raises torch's own error
-            if flags.get("inplace") or flags.get("training"):
-                # in place: the rules of scalar_in_place; training: a random slope per entry
+        for name, position in flags:
+            if kwargs.get(name) or (
+                position is not None and len(args) > position and args[position]
+            ):
                 return NotImplemented
-        if not all(_setting(a, input) or _alike(a, input) for a in (*args, *kwargs.values())):
-            return NotImplemented
-        probe = _probe(input)
-        if probe.device.type == "meta":
-            return NotImplemented
-        # another ScalarTensor of the same size (d == e, maximum(d, e)): its probe, whose
-        # entries meet d's entry for entry
-        args, kwargs = _probes_of((args, kwargs), input.N)
-        if input.N <= 1:
-            # No entry off the diagonal. The dense matrix is empty (nothing computed, so
-            # nothing raised: 0 // 0 on integers) or one element, for which torch runs
-            # its scalar loop rather than its vectorised one (the two can differ in the
-            # last bits): the probe is cut to match.
-            probe = probe[: input.N]
-            part = func(probe, *args, **kwargs)
-            if part.device.type == "meta":
-                return NotImplemented  # no values to look at: the dense call answers
-            if part is probe:
-                return input
-            pair = part.new_zeros(2)
-            pair[: input.N] = part
-            return ScalarTensor._from_pair(input.N, pair)
-        result = func(probe, *args, **kwargs)
-        if result.device.type == "meta":
-            return NotImplemented  # no values to look at: the dense call answers
+        probe = input._pair
+        if args or kwargs:
+            further = (*args, *kwargs.values())
+            if not all(_setting(a, input) or _alike(a, input) for a in further):
+                return NotImplemented
+            # another ScalarTensor of the same size (d == e, maximum(d, e)): its probe,
+            # whose entries meet d's entry for entry
+            if any(isinstance(a, ScalarTensor) for a in further):
+                args, kwargs = _probes_of(args, kwargs, input.N)
+        if input.N <= 1 or probe.is_meta:
+            return _small(func, input, args, kwargs)
+        try:
+            result = func(probe, *args, **kwargs)
+        except TypeError:
+            return NotImplemented  # arguments func does not take: the dense call's error
         if result is probe:
             return input  # torch returns its input (x.float() of a float32 x): so does this
+        if result.is_meta:
+            return NotImplemented  # (.to("meta")) no values to look at: the dense call
         if result.data_ptr() == probe.data_ptr():
             result = result.clone()  # a view of the pair: the result must not share it
         return _from_probe(input, result)
 
     handler.__name__ = f"_elementwise_{getattr(func, '__name__', 'function')}"
     return handler
+
+
+def _small(func: Callable, d: ScalarTensor, args: tuple, kwargs: dict) -> Any:
+    """The handler's answer for N <= 1 and on the meta device. For N <= 1 there is no
+    entry off the diagonal: the dense matrix is empty (nothing computed, so nothing
+    raised: 0 // 0 on integers) or one element, for which torch runs its scalar loop
+    rather than its vectorised one (the two can differ in the last bits): the probe is cut
+    to match. On the meta device there are no values to look at: the dense call answers."""
+    probe = d._pair
+    if probe.is_meta:
+        return NotImplemented
+    probe = probe[: d.N]
+    try:
+        part = func(probe, *args, **kwargs)
+    except TypeError:
+        return NotImplemented
+    if part.is_meta:
+        return NotImplemented
+    if part is probe:
+        return d
+    pair = part.new_zeros(2)
+    pair[: d.N] = part
+    return ScalarTensor._from_pair(d.N, pair)
 
 
 for _func in ELEMENTWISE:

@@ -3,7 +3,9 @@ without the dense matrix, exactly as the dense call would answer them."""
 
 from __future__ import annotations
 
+import cmath
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -100,19 +102,25 @@ def _both(name: str, a: Any, b: Any) -> bool:
     return a._pair.device == b._pair.device
 
 
+def finite(x: Any) -> bool:
+    """Whether a Python number (as ``tolist`` or ``item`` gives it) is finite. (On Python
+    numbers: a 0-d tensor's torch.isfinite costs more than a whole structured call.)"""
+    return cmath.isfinite(x) if isinstance(x, complex) else math.isfinite(x)
+
+
 def _finite_nonzero(d: ScalarTensor, need_nonzero: bool = False) -> bool:
-    v = d._scalar()
-    return bool(torch.isfinite(v)) and not (need_nonzero and bool(v == 0))
+    v = d._pair.tolist()[0]
+    return finite(v) and not (need_nonzero and v == 0)
 
 
 def _lapack_safe(d: ScalarTensor) -> bool:
     """Whether the dense LAPACK routines (det, inverse) treat value * I exactly: a finite
     value that is zero or normal. (On subnormals they scale by an overflowing reciprocal
     and return NaN.)"""
-    v = d._scalar()
-    if not bool(torch.isfinite(v)):
+    v = d._pair.tolist()[0]
+    if not finite(v):
         return False
-    return bool(v == 0) or bool(v.abs() >= torch.finfo(v.dtype).tiny)
+    return v == 0 or abs(v) >= torch.finfo(d.dtype).tiny
 
 
 def _dense_plus_diagonal(dense: Tensor, d: ScalarTensor, sign: int) -> Any:
@@ -223,7 +231,7 @@ def _matmul_impl(input, other, need_2d: bool):
         # An overflowing product is left to the dense path (complex Inf differs there).
         return (
             ScalarTensor._from_pair(input.N, product)
-            if bool(torch.isfinite(product[0]))
+            if finite(product.tolist()[0])
             else NotImplemented
         )
     if isinstance(input, ScalarTensor) and isinstance(other, Tensor):
@@ -267,10 +275,35 @@ def _accumulated(d: ScalarTensor, accumulate: bool = False) -> Tensor:
     return total if accumulate else total.to(dtype)
 
 
+# The largest finite number of each floating dtype (of its real part for complex ones).
+_LARGEST = {
+    dtype: torch.finfo(dtype).max
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    + (torch.complex32, torch.complex64, torch.complex128)
+}
+
+
 def _sum(input):
     """torch.sum(d) without further arguments (registered with the other sums in
-    scalar_reductions)."""
-    return _accumulated(input)
+    scalar_reductions): N * value on Python numbers, so that the one tensor made is the
+    result. A float total within a factor 4 of the dtype's largest number is left to the
+    dense call (whether its additions overflow depends on their order); one beyond is
+    infinite, as the dense sum is."""
+    pair, n = input._pair, input.N
+    v = pair.tolist()[0]
+    if not (pair.is_floating_point() or pair.is_complex()):
+        # integers and bool sum into int64, which wraps around as the dense sum does
+        return pair.new_full((), (n * int(v) + 2**63) % 2**64 - 2**63, dtype=torch.int64)
+    if n == 0:
+        return pair.new_zeros(())  # the empty sum, also for an infinite value
+    largest = _LARGEST[pair.dtype]
+    totals = []
+    for part in (v.real, v.imag) if pair.is_complex() else (v,):
+        total = n * part
+        if largest / 4 < abs(total) < 4 * largest:
+            return NotImplemented
+        totals.append(math.copysign(math.inf, total) if abs(total) >= 4 * largest else total)
+    return pair.new_full((), complex(*totals) if pair.is_complex() else totals[0])
 
 
 @_structured(torch.trace)
@@ -312,7 +345,7 @@ def _det(input):
         return NotImplemented
     det = power(input._scalar(), input.N)
     # An overflowing product is left to LAPACK: a complex one is Inf+NaNj there.
-    return det if bool(torch.isfinite(det)) else NotImplemented
+    return det if finite(det.item()) else NotImplemented
 
 
 @_structured(torch.inverse, torch.linalg.inv)
@@ -322,7 +355,7 @@ def _inverse(input):
     inverse = torch.reciprocal(input._scalar())
     # The dense inverse raises for 0, and has NaN off the diagonal once the reciprocal
     # overflows.
-    if not (_lapack_safe(input) and bool(input._scalar() != 0) and bool(torch.isfinite(inverse))):
+    if not (_lapack_safe(input) and input._pair.tolist()[0] != 0 and finite(inverse.tolist())):
         return NotImplemented
     return ScalarTensor._from_pair(input.N, torch.stack((inverse, torch.zeros_like(inverse))))
 

@@ -23,10 +23,11 @@ from tensortools.types.scalar_handlers import (
     _LAPACK_DTYPES,
     _lapack_safe,
     _structured,
+    finite,
     power,
     scale_finite,
 )
-from tensortools.types.scalar_reductions import _in_range
+from tensortools.types.scalar_reductions import _in_range, _stand_in
 from tensortools.types.scalar_tensor import ScalarTensor
 
 __all__: list[str] = []
@@ -46,7 +47,7 @@ def _one(func: Callable, d: ScalarTensor, *args: Any, **kwargs: Any) -> Any:
     """func on the 1x1 stand-in [[value]], or NotImplemented where it raises (the dense
     call then raises with the matrix's own sizes)."""
     try:
-        return func(ScalarTensor._from_pair(1, d._pair).tensor(), *args, **kwargs)
+        return func(_stand_in(d, 1), *args, **kwargs)
     except Exception:
         return NotImplemented
 
@@ -54,13 +55,10 @@ def _one(func: Callable, d: ScalarTensor, *args: Any, **kwargs: Any) -> Any:
 def _diagonal(d: ScalarTensor, number: Tensor) -> Any:
     """number * I_N as a ScalarTensor, where number is finite and well inside its dtype's
     range (else the dense call, whose order of operations decides near the limits)."""
-    if not (bool(torch.isfinite(number)) and _in_range(abs(number.item()), number.dtype)):
+    x = number.item()
+    if not (finite(x) and _in_range(abs(x), number.dtype)):
         return NotImplemented
     return ScalarTensor._from_pair(d.N, torch.stack((number, torch.zeros_like(number))))
-
-
-def _settings(*xs: Any) -> bool:
-    return all(x is None or isinstance(x, (bool, int, float, str)) for x in xs)
 
 
 def _slogdet_as(kind: type) -> Callable:
@@ -70,7 +68,7 @@ def _slogdet_as(kind: type) -> Callable:
     def handler(input):
         if not _usable(input):
             return NotImplemented
-        sign, logabs = torch.linalg.slogdet(ScalarTensor._from_pair(1, input._pair).tensor())
+        sign, logabs = torch.linalg.slogdet(_stand_in(input, 1))
         return kind((power(sign, input.N), logabs * input.N))
 
     return handler
@@ -84,7 +82,7 @@ _structured(torch.linalg.slogdet)(_slogdet_as(torch.return_types.linalg_slogdet)
 def _logdet(input):
     if not _usable(input):
         return NotImplemented
-    sign, logabs = torch.linalg.slogdet(ScalarTensor._from_pair(1, input._pair).tensor())
+    sign, logabs = torch.linalg.slogdet(_stand_in(input, 1))
     sign, logabs = power(sign, input.N), logabs * input.N
     if input.dtype.is_complex:
         return torch.log(sign) + logabs  # (logabs is -inf for a zero value, as on LAPACK)
@@ -108,7 +106,7 @@ def _matrix_power(input, n):
         if not _usable(input) or bool(v == 0):
             return NotImplemented
         v, n = torch.reciprocal(v), -n
-    if input.dtype == torch.bool or not bool(torch.isfinite(v)):
+    if input.dtype == torch.bool or not finite(v.item()):
         return NotImplemented  # (no bool matmul; off the diagonal inf * 0 is NaN)
     if not (v.is_floating_point() or v.is_complex()):
         # integers: the dense products wrap around as this power does
@@ -138,23 +136,34 @@ def _matrix_exp(input):
     return _diagonal(input, one[0, 0])
 
 
-def _repeated(func: Callable) -> Callable:
-    """func's N values (eigenvalues, singular values): N copies of the stand-in's one."""
+def _repeated(func: Callable, number: Callable[[Any], Any], dtype: Callable) -> Callable:
+    """func's N values (eigenvalues, singular values) as N copies of number(value), in
+    dtype(d.dtype): made on Python numbers, without LAPACK."""
 
     def handler(input, *args, **kwargs):
-        if not _usable(input) or not _settings(*args, *kwargs.values()):
+        if not _usable(input):
             return NotImplemented
-        one = _one(func, input, *args, **kwargs)
-        if one is NotImplemented:
-            return one
-        return one.expand(input.N).clone()
+        if func is torch.linalg.eigvalsh:
+            uplo = args[0] if args else kwargs.pop("UPLO", "L")
+            args = () if uplo in ("L", "U") else args
+        if args or kwargs:
+            return NotImplemented  # (svdvals' driver is for CUDA: the dense call decides)
+        pair = input._pair
+        return pair.new_full((input.N,), number(pair.tolist()[0]), dtype=dtype(pair.dtype))
 
     handler.__name__ = f"_repeated_{func.__name__}"
     return handler
 
 
-for _func in (torch.linalg.eigvals, torch.linalg.eigvalsh, torch.linalg.svdvals):
-    _structured(_func)(_repeated(_func))
+# value * I has N eigenvalues value (complex, as eigvals gives them; eigvalsh reads the
+# real part of the diagonal, as LAPACK's Hermitian routines do) and N singular values |value|
+_structured(torch.linalg.eigvals)(
+    _repeated(torch.linalg.eigvals, complex, lambda t: t.to_complex())
+)
+_structured(torch.linalg.eigvalsh)(
+    _repeated(torch.linalg.eigvalsh, lambda v: v.real, lambda t: t.to_real())
+)
+_structured(torch.linalg.svdvals)(_repeated(torch.linalg.svdvals, abs, lambda t: t.to_real()))
 
 
 @_structured(torch.linalg.cholesky)

@@ -19,6 +19,7 @@ answer. For larger N:
 from __future__ import annotations
 
 import cmath
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -44,9 +45,21 @@ def _setting(x: Any) -> bool:
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _indices(kind: str, n: int, device: torch.device) -> Tensor:
+    """Index tensors the handlers read (never write), made once per size and device:
+    "stand-in" picks value * I_n (n <= 2) out of the pair [value, 0]; "widen" picks
+    column 0, then column 1 n - 1 times; "arange" is 0 .. n - 1."""
+    if kind == "stand-in":
+        return torch.tensor([[0, 1], [1, 0]], device=device)[:n, :n]
+    if kind == "widen":
+        return torch.tensor([0] + [1] * (n - 1), device=device)
+    return torch.arange(n, device=device)
+
+
 def _stand_in(d: ScalarTensor, k: int) -> Tensor:
-    """The dense ``value * I_k``, with the signed zeros of d's matrix."""
-    return ScalarTensor._from_pair(k, d._pair).tensor()
+    """The dense ``value * I_k`` (k <= 2), with the signed zeros of d's matrix."""
+    return d._pair.take(_indices("stand-in", k, d._pair.device))
 
 
 def _on_stand_in(func: Callable, d: Any, args: tuple, kwargs: dict) -> Any:
@@ -84,12 +97,10 @@ def _widen(t: Tensor, axis: int, n: int, index: bool) -> Tensor:
     where it picked the value on the diagonal and 0 where it picked a zero: column j's is
     j or 0 alike."""
     if not index:
-        pick = torch.ones(n, dtype=torch.long, device=t.device)
-        pick[0] = 0
-        return t.index_select(axis, pick)
+        return t.index_select(axis, _indices("widen", n, t.device))
     shape = [1] * t.dim()
     shape[axis] = n
-    j = torch.arange(n, device=t.device).view(shape)
+    j = _indices("arange", n, t.device).view(shape)
     return torch.where(j == 0, t.narrow(axis, 0, 1), j * t.narrow(axis, 1, 1))
 
 
@@ -376,7 +387,36 @@ def _norm_kind(func: Callable, args: tuple, kwargs: dict) -> tuple[str, Any]:
     return "vector", p
 
 
+# The arguments that ask each norm for the Frobenius norm of the whole matrix, its most
+# common call: answered without the stand-in.
+_FROBENIUS = {"dim": None, "keepdim": False, "dtype": None}
+_FROBENIUS_BY = {
+    torch.norm: {"p": "fro"},
+    torch.linalg.norm: {"ord": None},
+    torch.linalg.vector_norm: {"ord": 2},
+    torch.linalg.matrix_norm: {"ord": "fro", "dim": (-2, -1)},
+}
+
+
+def _frobenius(d: ScalarTensor) -> Any:
+    """The Frobenius norm sqrt(N) * |value|, on Python numbers (the one tensor made is the
+    result), where the dense call's sum of squares stays well inside the dtype's range."""
+    pair = d._pair
+    real = pair.real if pair.is_complex() else pair
+    try:
+        a = abs(pair.tolist()[0])
+    except OverflowError:  # (a complex value whose modulus is beyond float64)
+        return NotImplemented
+    if d.N == 0 or a == 0 or not math.isfinite(a):
+        return real.new_full((), a if d.N else 0.0)  # (the dense norm of inf is inf)
+    if not (_in_range(a * a, pair.dtype) and _in_range(d.N * a * a, pair.dtype)):
+        return NotImplemented
+    return real.new_full((), math.sqrt(d.N) * a)
+
+
 def _norm(func: Callable) -> Callable:
+    whole = {**_FROBENIUS, **_FROBENIUS_BY.get(func, {})}
+
     def formula(v, c, z, dtypes, args, kwargs):
         kind, order = _norm_kind(func, args, kwargs)
         if kind == "vector":
@@ -389,7 +429,27 @@ def _norm(func: Callable) -> Callable:
             norm = _matrix_norm(abs(v), c, order, dtypes)
         return None if norm is None else (norm,)
 
-    return _closed_form(func, formula)
+    general = _closed_form(func, formula)
+
+    def handler(input: Any, *args: Any, **kwargs: Any) -> Any:
+        if (
+            func in _FROBENIUS_BY
+            and not args
+            and isinstance(input, ScalarTensor)
+            and not input._pair.is_meta
+            and (input._pair.is_floating_point() or input._pair.is_complex())
+            and all(
+                k in whole and type(v) is type(whole[k]) and v == whole[k]
+                for k, v in kwargs.items()
+            )
+        ):
+            answer = _frobenius(input)
+            if answer is not NotImplemented:
+                return answer
+        return general(input, *args, **kwargs)
+
+    handler.__name__ = f"_norm_{func.__name__}"
+    return handler
 
 
 CLOSED_FORMS: dict[Callable, Callable] = {
