@@ -42,6 +42,14 @@ def scalar_tensor() -> None:
     print(f"  d @ t    == 2.5 * t: {torch.equal(d @ t, 2.5 * t)}  (one scaling pass, no matmul)")
     print(f"  t + d    == t + d.tensor(): {torch.equal(t + d, t + d.tensor())}")
     print(f"  det(d)   -> {torch.det(d).item()}  (2.5 ** 3)")
+    print(f"  sin(d)   -> {torch.sin(d)!r}  (f(0) = 0: two numbers)")
+    big = ScalarTensor(100_000, -2.0)
+    print(
+        f"  with N = 100000 (a dense matrix of 40 GB): norm {torch.linalg.norm(big).item():.1f}, "
+        f"var {big.var().item():.3g}, amax(dim=0) {tuple(torch.amax(big, 0).shape)}, "
+        f"eigvalsh {tuple(torch.linalg.eigvalsh(big).shape)}, slogdet "
+        f"{tuple(round(x.item(), 1) for x in torch.linalg.slogdet(big))}"
+    )
     print(f"  exp(d)   -> dense {tuple(torch.exp(d).shape)} tensor (no handler: fallback)")
     with ScalarTensor.using_policy("strict"):
         try:

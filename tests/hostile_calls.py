@@ -84,6 +84,20 @@ CALLS = {
     ),
     "ScalarTensor huge N mean": lambda: torch.mean(ScalarTensor(2**62, 1.0)),
     "ScalarTensor N 2^64": lambda: ScalarTensor(2**64, 1.0).shape,
+    # reductions and linear algebra whose results have N entries: an allocation error
+    "ScalarTensor huge N sum along a dim": lambda: ScalarTensor(2**62, 1.0).sum(0),
+    "ScalarTensor huge N argmax": lambda: ScalarTensor(2**62, -1.0).argmax(1),
+    "ScalarTensor huge N var along a dim": lambda: ScalarTensor(2**62, 1.0).var(0),
+    "ScalarTensor huge N eigvals": lambda: torch.linalg.eigvals(ScalarTensor(2**62, 1.0)),
+    "ScalarTensor huge N whole-matrix norms": lambda: (
+        torch.linalg.norm(ScalarTensor(2**62, 1.0)),
+        torch.linalg.matrix_norm(ScalarTensor(2**62, 1.0), "nuc"),
+        torch.std(ScalarTensor(2**62, 3.0)),
+        torch.linalg.slogdet(ScalarTensor(2**62, 3.0)),
+    ),
+    "ScalarTensor huge N solve": lambda: torch.linalg.solve(
+        ScalarTensor(2**31, 2.0), torch.ones(1, 1).expand(2**31, 2**31)
+    ),
     "ScalarTensor @ huge expanded": lambda: (
         ScalarTensor(2**31, 2.0) @ torch.ones(1, 1).expand(2**31, 2**31)
     ),

@@ -8,7 +8,15 @@ import torch
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, bench, coverage, demo
 from tensortools.bench.__main__ import main as bench_main
 from tensortools.bench.plot import main as plot_main
-from tensortools.bench.scalar import ELEMENTWISE_ROWS, format_scalar_table, scalar_rows
+from tensortools.bench.scalar import (
+    ELEMENTWISE_ROWS,
+    LINALG_ROWS,
+    REDUCTION_ROWS,
+    format_scalar_table,
+    scalar_rows,
+)
+
+CALLS = {**ELEMENTWISE_ROWS, **REDUCTION_ROWS, **LINALG_ROWS}
 
 pytestmark = pytest.mark.slow  # runs the benchmarks
 
@@ -134,11 +142,26 @@ def test_scalar_rows_compare_structured_with_dense():
         ("d @ d", "dense matrix"),
         ("inverse(d)", "ScalarTensor (structured)"),
         ("inverse(d)", "dense matrix"),
-    } | {(op, v) for op in ELEMENTWISE_ROWS for v in ("ScalarTensor (structured)", "dense matrix")}
+        ("solve(d, x)", "ScalarTensor (structured)"),
+        ("solve(d, x)", "dense matrix"),
+    } | {(op, v) for op in CALLS for v in ("ScalarTensor (structured)", "dense matrix")}
     table = format_scalar_table(rows).splitlines()
     ratios = [line.split()[-1].rstrip("?") for line in table[1 : 1 + len(rows)]]
-    assert all(r.endswith("x") for r in ratios) and ratios.count("1.00x") >= 4 + 5
+    assert all(r.endswith("x") for r in ratios) and ratios.count("1.00x") >= 5 + len(CALLS)
     assert table[1 + len(rows)].startswith("time ratio:")
+
+
+@pytest.mark.parametrize("size", [8, 1000])
+def test_every_structured_row_times_a_structured_call(size):
+    # Under the strict policy a call without a structured answer raises: each row of the
+    # ScalarTensor table times the handler, not the dense fallback, at the sizes timed.
+    from tensortools import ScalarTensor
+
+    d, x = ScalarTensor(size, 0.999), torch.randn(size, size)
+    with ScalarTensor.using_policy("strict"):
+        for fn in CALLS.values():
+            fn(d)
+        torch.linalg.solve(d, x), d @ x, x + d, d @ d, torch.inverse(d)
 
 
 def test_demo_tells_the_story(capsys, monkeypatch):

@@ -252,6 +252,21 @@ def test_a_dense_right_hand_side_that_is_not_finite_goes_to_the_dense_solve():
         torch.testing.assert_close(
             torch.linalg.solve(d, b, left=left), torch.linalg.solve(d.tensor(), b, left=left)
         )
+    layouts = {
+        "transposed": torch.randn(2, 4).t(),
+        "expanded": torch.randn(4, 1).expand(4, 3),
+        "a strided slice": torch.randn(4, 6)[:, ::2],
+        "batched, channels last": torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
+        "empty": torch.randn(4, 0),
+        "float64 beside a float32 matrix": torch.randn(4, 2, dtype=torch.float64),
+    }
+    for name, b in layouts.items():
+        want, want_error = _outcome(torch.linalg.solve, d.tensor(), (b,), {})
+        got, got_error = _outcome(torch.linalg.solve, d, (b,), {})
+        if want_error is not None:
+            assert isinstance(got_error, type(want_error)), (name, got_error)
+        else:
+            _same(got, want, name)
     with pytest.raises(RuntimeError):
         torch.linalg.solve(ScalarTensor(4, 0.0), torch.ones(4, 2))  # singular, as dense
     with pytest.raises(RuntimeError):

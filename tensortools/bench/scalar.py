@@ -8,7 +8,14 @@ import torch
 
 from tensortools.bench.timing import Row, interleaved, ratio_notes, time_call, time_ratio
 
-__all__ = ["SCALAR_SIZES", "ELEMENTWISE_ROWS", "scalar_rows", "format_scalar_table"]
+__all__ = [
+    "SCALAR_SIZES",
+    "ELEMENTWISE_ROWS",
+    "REDUCTION_ROWS",
+    "LINALG_ROWS",
+    "scalar_rows",
+    "format_scalar_table",
+]
 
 SCALAR_SIZES = (256, 1024, 2048)
 STRUCTURED = "ScalarTensor (structured)"
@@ -23,6 +30,22 @@ ELEMENTWISE_ROWS = {
     "relu(d)": torch.relu,
     "d > 0": lambda t: t > 0,
 }
+#: Reductions (scalar_reductions): a whole-matrix sum and Frobenius norm (cheap passes on
+#: the dense matrix), a reduction along a dim, and a variance.
+REDUCTION_ROWS = {
+    "sum(d)": torch.sum,
+    "norm(d)": torch.linalg.norm,
+    "amax(d, 0)": lambda t: torch.amax(t, 0),
+    "var(d)": torch.var,
+}
+#: Linear algebra (scalar_linalg); solve(d, x) is timed beside d @ x.
+LINALG_ROWS = {
+    "det(d)": torch.det,
+    "slogdet(d)": torch.linalg.slogdet,
+    "matrix_exp(d)": torch.matrix_exp,
+    "eigvals(d)": torch.linalg.eigvals,
+    "svdvals(d)": torch.linalg.svdvals,
+}
 
 
 def scalar_rows(
@@ -34,14 +57,15 @@ def scalar_rows(
     rounds: int = 3,
     progress: Callable[[str], None] | None = None,
 ) -> list[Row]:
-    """Time ``d @ x``, ``x + d``, ``d @ d``, ``torch.inverse(d)`` and the elementwise calls
-    of :data:`ELEMENTWISE_ROWS` for d a ScalarTensor (N, 2.5) and x a dense N×N matrix,
-    against the dense ``D = 2.5 * eye(N)``: given ready, and (for ``d @ x``, where forming
-    it is part of the dense recipe) formed in the call. Rows have size ``(N,)`` and the
-    operation as their phase."""
+    """Time ``d @ x``, ``x + d``, ``d @ d``, ``torch.inverse(d)``, ``linalg.solve(d, x)``
+    and the calls of :data:`ELEMENTWISE_ROWS`, :data:`REDUCTION_ROWS` and
+    :data:`LINALG_ROWS` for d a ScalarTensor (N, 0.999) and x a dense N×N matrix, against
+    the dense ``D = 0.999 * eye(N)``: given ready, and (for ``d @ x``, where forming it is
+    part of the dense recipe) formed in the call. (0.999 keeps det finite up to N = 80000
+    in float32.) Rows have size ``(N,)`` and the operation as their phase."""
     from tensortools import ScalarTensor
 
-    value = 2.5
+    value = 0.999
     rows = []
     for n in sizes:
         g = {"dtype": dtype, "device": device}
@@ -58,8 +82,10 @@ def scalar_rows(
             ("d @ d", DENSE): lambda: dense @ dense,
             ("inverse(d)", STRUCTURED): lambda: torch.inverse(d),
             ("inverse(d)", DENSE): lambda: torch.inverse(dense),
+            ("solve(d, x)", STRUCTURED): lambda: torch.linalg.solve(d, x),
+            ("solve(d, x)", DENSE): lambda: torch.linalg.solve(dense, x),
         }
-        for name, fn in ELEMENTWISE_ROWS.items():
+        for name, fn in {**ELEMENTWISE_ROWS, **REDUCTION_ROWS, **LINALG_ROWS}.items():
             cases[name, STRUCTURED] = lambda fn=fn: fn(d)
             cases[name, DENSE] = lambda fn=fn: fn(dense)
         measures = {key: lambda fn=fn: time_call(fn, min_run_time) for key, fn in cases.items()}
@@ -89,7 +115,7 @@ def format_scalar_table(rows: list[Row]) -> str:
     ready (the structured handler's is far below 1)."""
     dense = {(r.size, r.phase): r for r in rows if r.variant == DENSE}
     lines = [
-        f"{'N':>6} {'operation':<12} {'variant':<36} {'median':>12} {'IQR':>11} {'time ratio':>10}"
+        f"{'N':>6} {'operation':<14} {'variant':<36} {'median':>12} {'IQR':>11} {'time ratio':>10}"
     ]
     any_noisy = False
     for r in rows:
@@ -97,7 +123,7 @@ def format_scalar_table(rows: list[Row]) -> str:
         noisy = r.noisy or (b is not None and b.noisy)
         any_noisy |= noisy
         lines.append(
-            f"{r.size[0]:>6} {r.phase:<12} {r.variant:<36} {r.median_us:>10.1f}us "
+            f"{r.size[0]:>6} {r.phase:<14} {r.variant:<36} {r.median_us:>10.1f}us "
             f"{r.iqr_us:>9.1f}us {time_ratio(r.median_us, b.median_us if b else None, noisy):>10}"
         )
     lines.append(ratio_notes(f"the {DENSE} in the same operation and N", any_noisy))

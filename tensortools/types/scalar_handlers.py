@@ -113,6 +113,13 @@ def _finite_nonzero(d: ScalarTensor, need_nonzero: bool = False) -> bool:
     return finite(v) and not (need_nonzero and v == 0)
 
 
+# The dtypes the dense LAPACK routines (det, inverse) take.
+_LAPACK_DTYPES = frozenset({torch.float32, torch.float64, torch.complex64, torch.complex128})
+
+# The smallest normal number of each dtype LAPACK takes (of the real part for complex).
+_TINY = {dtype: torch.finfo(dtype).tiny for dtype in _LAPACK_DTYPES}
+
+
 def _lapack_safe(d: ScalarTensor) -> bool:
     """Whether the dense LAPACK routines (det, inverse) treat value * I exactly: a finite
     value that is zero or normal. (On subnormals they scale by an overflowing reciprocal
@@ -120,7 +127,7 @@ def _lapack_safe(d: ScalarTensor) -> bool:
     v = d._pair.tolist()[0]
     if not finite(v):
         return False
-    return v == 0 or abs(v) >= torch.finfo(d.dtype).tiny
+    return v == 0 or abs(v) >= _TINY[d.dtype]
 
 
 def _dense_plus_diagonal(dense: Tensor, d: ScalarTensor, sign: int) -> Any:
@@ -324,10 +331,6 @@ def _mean(input):
     # As the dense mean does: the sum (in float for the half types; it may overflow),
     # divided by N², in the input's dtype.
     return torch.div(_accumulated(input, accumulate=True), input.N * input.N).to(input.dtype)
-
-
-# The dtypes the dense LAPACK routines (det, inverse) take.
-_LAPACK_DTYPES = frozenset({torch.float32, torch.float64, torch.complex64, torch.complex128})
 
 
 def power(v: Tensor, n: int) -> Tensor:

@@ -38,7 +38,7 @@ def _usable(d: Any) -> bool:
         isinstance(d, ScalarTensor)
         and d.N > 0
         and d.dtype in _LAPACK_DTYPES
-        and d.device.type != "meta"
+        and not d._pair.is_meta
         and _lapack_safe(d)
     )
 

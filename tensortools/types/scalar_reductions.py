@@ -46,15 +46,26 @@ def _setting(x: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _indices(kind: str, n: int, device: torch.device) -> Tensor:
-    """Index tensors the handlers read (never write), made once per size and device:
-    "stand-in" picks value * I_n (n <= 2) out of the pair [value, 0]; "widen" picks
-    column 0, then column 1 n - 1 times; "arange" is 0 .. n - 1."""
+def _cached(kind: str, n: int, device: torch.device) -> Tensor:
+    return _made(kind, n, device)
+
+
+def _made(kind: str, n: int, device: torch.device) -> Tensor:
     if kind == "stand-in":
         return torch.tensor([[0, 1], [1, 0]], device=device)[:n, :n]
     if kind == "widen":
-        return torch.tensor([0] + [1] * (n - 1), device=device)
+        index = torch.ones(n, dtype=torch.long, device=device)
+        index[:1] = 0
+        return index
     return torch.arange(n, device=device)
+
+
+def _indices(kind: str, n: int, device: torch.device) -> Tensor:
+    """Index tensors the handlers read (never write): "stand-in" picks value * I_n (n <= 2)
+    out of the pair [value, 0]; "widen" picks column 0, then column 1 n - 1 times;
+    "arange" is 0 .. n - 1. Kept for sizes up to 4096 (at most 64 of them, 2 MB), made
+    per call beyond."""
+    return _cached(kind, n, device) if n <= 4096 else _made(kind, n, device)
 
 
 def _stand_in(d: ScalarTensor, k: int) -> Tensor:
