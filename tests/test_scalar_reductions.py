@@ -3,6 +3,7 @@ every registered function, with each of its argument sets, over dtypes, special 
 (0, -0, the dtype's extremes, inf, NaN) and sizes (0 to 3 and 17, where the handlers
 widen a 2x2 stand-in or use a closed form, and 64, where torch's reductions vectorise)."""
 
+import cmath
 import math
 
 import pytest
@@ -135,7 +136,7 @@ REDUCTIONS = (
 
 def test_every_registered_reduction_is_swept():
     assert set(REDUCTIONS) <= set(ARGUMENTS) | {torch.nuclear_norm}
-    for func in (*REDUCTIONS, *LINALG):
+    for func in (*REDUCTIONS, *LINALG, torch.linalg.solve, torch.linalg.lstsq):
         assert ScalarTensor.handler_for(func) is not None, func
 
 
@@ -321,3 +322,50 @@ def test_threads_sharing_one_scalar_tensor_get_their_own_reductions():
     for t in threads:
         t.join()
     assert not failures and d.value == -0.75
+
+
+def _reproducible(first, second):
+    """Whether two results of one dense call are the same, bit for bit (NaN as NaN)."""
+    pairs = [(first, second)] if isinstance(first, torch.Tensor) else zip(first, second)
+    return all(
+        x.shape == y.shape and bool(((x == y) | (x.isnan() & y.isnan())).all()) for x, y in pairs
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("call", ["solve", "solve right", "lstsq"])
+def test_solves_with_a_dense_right_hand_side_equal_the_dense_call(call):
+    calls = {
+        "solve": [lambda a, b: torch.linalg.solve(a, b)],
+        "solve right": [lambda a, b: torch.linalg.solve(a, b.mT if b.dim() > 1 else b, left=False)],
+        "lstsq": [
+            lambda a, b, driver=driver, rcond=rcond: torch.linalg.lstsq(a, b, rcond, driver=driver)
+            for driver in (None, "gelsy", "gelsd", "gelss", "gels")
+            # (rcond >= 1 leaves gelsy a tie of pivots that two dense calls break apart)
+            for rcond in (None, 0.5)
+        ],
+    }[call]
+    structured = 0
+    for dtype in (torch.float32, torch.float64, torch.complex64, torch.float16):
+        for value in _values(dtype):
+            if call == "lstsq" and not cmath.isfinite(value):
+                continue  # LAPACK's least squares of inf or NaN differs from call to call
+            for n in (0, 1, 3, 17):
+                d = ScalarTensor(n, value, dtype=dtype)
+                rhs = [torch.randn(n, 3, dtype=dtype), torch.randn(n, dtype=dtype)]
+                rhs.append(torch.full((n, 2), math.inf, dtype=dtype))
+                for fn in calls:
+                    for b in rhs:
+                        where = f"{call}(ScalarTensor({n}, {value!r}, {dtype}), {tuple(b.shape)})"
+                        want, want_error = _outcome(fn, d.tensor(), (b,), {})
+                        got, got_error = _outcome(fn, d, (b,), {})
+                        if want_error is not None:
+                            assert isinstance(got_error, type(want_error)), (where, got_error)
+                            continue
+                        assert got_error is None, (where, got_error)
+                        if not _reproducible(want, fn(d.tensor(), b)):
+                            continue  # gelsy on tiny values: the dense call disagrees with itself
+                        _same(got, want, where)
+                        with ScalarTensor.using_policy("strict"):
+                            structured += _outcome(fn, d, (b,), {})[1] is None
+    assert structured > 0

@@ -68,10 +68,23 @@ def _slogdet_as(kind: type) -> Callable:
     def handler(input):
         if not _usable(input):
             return NotImplemented
-        sign, logabs = torch.linalg.slogdet(_stand_in(input, 1))
-        return kind((power(sign, input.N), logabs * input.N))
+        return kind(_slogdet(input))
 
     return handler
+
+
+def _slogdet(d: ScalarTensor) -> tuple[Tensor, Tensor]:
+    """(sign(v)^N, N log|v|) for a value _usable accepts: for a real one on Python
+    numbers; for a complex one from the 1x1 stand-in's, whose sign has torch's rounding."""
+    pair = d._pair
+    if pair.is_complex():
+        sign, logabs = torch.linalg.slogdet(_stand_in(d, 1))
+        return power(sign, d.N), logabs * d.N
+    v = pair.tolist()[0]
+    if v == 0:
+        return pair.new_zeros(()), pair.new_full((), -math.inf)
+    sign = 1.0 if v > 0 or d.N % 2 == 0 else -1.0
+    return pair.new_full((), sign), pair.new_full((), d.N * math.log(abs(v)))
 
 
 _structured(torch.slogdet)(_slogdet_as(torch.return_types.slogdet))
@@ -82,8 +95,7 @@ _structured(torch.linalg.slogdet)(_slogdet_as(torch.return_types.linalg_slogdet)
 def _logdet(input):
     if not _usable(input):
         return NotImplemented
-    sign, logabs = torch.linalg.slogdet(_stand_in(input, 1))
-    sign, logabs = power(sign, input.N), logabs * input.N
+    sign, logabs = _slogdet(input)
     if input.dtype.is_complex:
         return torch.log(sign) + logabs  # (logabs is -inf for a zero value, as on LAPACK)
     # a negative determinant has no real logarithm: NaN, as the dense call gives
@@ -185,10 +197,10 @@ def _pinv(input, *args, **kwargs):
     return _diagonal(input, torch.zeros_like(v) if bool(v == 0) else torch.reciprocal(v))
 
 
-@_structured(torch.linalg.solve)
-def _solve(A, B, *, left=True):
-    """X with A X = B (X A = B for left=False): B / value, in one pass over B that also
-    checks B is finite (elsewhere LU's 0 * inf terms put NaN in the dense answer)."""
+def _divided(A: ScalarTensor, B: Any, rows: int) -> Any:
+    """B / value for a dense B whose dim `rows` has A's N entries, in one pass that also
+    checks B is finite (elsewhere the dense routines' 0 * inf terms put NaN in their
+    answer); NotImplemented where the dense call must answer."""
     if (
         not _usable(A)
         or type(B) is not Tensor
@@ -196,16 +208,48 @@ def _solve(A, B, *, left=True):
         or B.device != A.device
         or A.dtype.is_complex
         or B.requires_grad
-        or not isinstance(left, bool)
         or B.dim() == 0
-        or B.shape[-1 if (B.dim() == 1 or not left) else -2] != A.N
+        or B.shape[rows if B.dim() > 1 else 0] != A.N
     ):
         return NotImplemented
-    v = A._scalar()
-    if bool(v == 0):
-        return NotImplemented  # singular: the dense call's error
-    inverse = torch.reciprocal(v)
-    if not _in_range(inverse.item(), A.dtype):
+    v = A._pair.tolist()[0]
+    if v == 0:
+        return NotImplemented  # singular: the dense call's error (or its minimum norm)
+    inverse = torch.reciprocal(A._pair[0])
+    if not _in_range(inverse.tolist(), A.dtype):
         return NotImplemented
-    out, finite = scale_finite(B, inverse)
-    return out if bool(finite) else NotImplemented
+    out, finite_b = scale_finite(B, inverse)
+    return out if bool(finite_b) else NotImplemented
+
+
+@_structured(torch.linalg.solve)
+def _solve(A, B, *, left=True):
+    """X with A X = B (X A = B for left=False): B / value."""
+    if not isinstance(left, bool) or (not left and isinstance(B, Tensor) and B.dim() == 1):
+        return NotImplemented  # (the dense call refuses a vector B with left=False)
+    return _divided(A, B, -2 if left else -1)
+
+
+@_structured(torch.linalg.lstsq)
+def _lstsq(A, B, rcond=None, *, driver=None):
+    """The least-squares solution of A X = B, B / value, with the other fields (rank,
+    singular values, residuals) as the driver gives them: from the same call on the 1x1
+    stand-in, widened to N (rank N, N singular values |value|; no residuals for a square
+    A). With the default tolerance only."""
+    if not _usable(A) or type(B) is not Tensor or B.dim() not in (1, 2) or rcond is not None:
+        # (with a tolerance given, the rank gelsy finds is its own: 1 of 3 for rcond=2)
+        return NotImplemented
+    info = torch.finfo(A.dtype)
+    small = math.sqrt(info.tiny) / info.eps
+    if not small <= abs(A._pair.tolist()[0]) <= 1 / small:
+        return NotImplemented  # LAPACK scales A and B there, and rounds as it does
+    one = _one(torch.linalg.lstsq, A, B[:1], rcond, driver=driver)
+    if one is NotImplemented or (one.rank.numel() and one.rank.tolist() != 1):
+        return NotImplemented  # (a rank the tolerance cut to 0: the dense minimum norm)
+    solution = _divided(A, B, -2)
+    if solution is NotImplemented:
+        return solution
+    rank = one.rank * A.N if one.rank.numel() else one.rank
+    values = one.singular_values
+    values = values.expand(A.N).clone() if values.numel() else values
+    return torch.return_types.linalg_lstsq((solution, one.residuals, rank, values))

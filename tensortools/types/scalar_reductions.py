@@ -215,7 +215,7 @@ def _in_range(x: float, dtype: torch.dtype) -> bool:
 def _value(d: ScalarTensor) -> complex | float | None:
     """d's value as a Python number, or None where it is not finite (the dense call
     answers: inf - inf and 0 * inf decide there)."""
-    v = d._pair[0].item()
+    v = d._pair.tolist()[0]
     return v if cmath.isfinite(v) else None
 
 
@@ -231,6 +231,27 @@ def _filled(like: Tensor, axis: int | None, n: int, number: float | complex) -> 
     return torch.full(shape, number, dtype=like.dtype, device=like.device)
 
 
+def _plain_float(d: Any) -> bool:
+    return (
+        isinstance(d, ScalarTensor)
+        and d.N > 2
+        and d._pair.is_floating_point()
+        and not d._pair.is_meta
+    )
+
+
+def _whole(formula: Callable, v: float, d: ScalarTensor) -> tuple | None:
+    try:
+        return formula(v, *_counts(d, None), {d.dtype}, (), {})
+    except OverflowError:
+        return None
+
+
+def _rebuild_whole(d: ScalarTensor, numbers: tuple) -> Any:
+    parts = tuple(d._pair.new_full((), x) for x in numbers)
+    return parts[0] if len(parts) == 1 else parts
+
+
 def _closed_form(func: Callable, formula: Callable) -> Callable:
     """A handler computing func as formula(v, c, z, dtypes, args, kwargs), which gives one
     number per result (or None: the dense call answers)."""
@@ -240,6 +261,13 @@ def _closed_form(func: Callable, formula: Callable) -> Callable:
             whole = _whole_mean(input)  # the common call, without the stand-in
             if whole is not NotImplemented:
                 return whole
+        if not args and not kwargs and _plain_float(input) and func in _WHOLE:
+            # the whole-matrix form of a real floating matrix: one number of its dtype,
+            # without the stand-in
+            v = _value(input)
+            numbers = None if v is None else _whole(formula, v, input)
+            if numbers is not None:
+                return _rebuild_whole(input, numbers)
         result = _on_stand_in(func, input, args, kwargs)
         if result is NotImplemented or input.N <= 2:
             return result
@@ -472,6 +500,9 @@ CLOSED_FORMS: dict[Callable, Callable] = {
     torch.std_mean: _std_mean,
     torch.logsumexp: _logsumexp,
 }
+# The closed forms whose call without arguments reduces the whole matrix to one number
+# of its dtype (or a tuple of two: var_mean and std_mean).
+_WHOLE = frozenset({torch.mean, torch.var, torch.std, torch.var_mean, torch.std_mean})
 NORMS: tuple[Callable, ...] = (
     torch.norm,
     torch.nuclear_norm,
