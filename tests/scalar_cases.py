@@ -1,6 +1,8 @@
 """ScalarTensor calls, each run on ScalarTensors and on their dense matrices, and how
 their results compare. Shared by the handler tests and the fuzz tests."""
 
+import math
+
 import torch
 
 from tensortools import ScalarTensor
@@ -25,6 +27,83 @@ def assert_same(got, want, exact):
         torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
     else:  # reductions: the dense sum's order of additions may differ by rounding
         torch.testing.assert_close(got, want, equal_nan=True)
+
+
+#: The dtypes the handler sweeps run over.
+SWEEP_DTYPES = [
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.complex64,
+    torch.complex128,
+    torch.int64,
+    torch.int8,
+    torch.bool,
+]
+
+
+def special_values(dtype):
+    """Values for a ScalarTensor of dtype: 0, -0, ordinary numbers, the dtype's extremes
+    (largest, smallest normal), inf, NaN, and complex ones for complex dtypes."""
+    if dtype == torch.bool:
+        return [True, False]
+    if not (dtype.is_floating_point or dtype.is_complex):
+        info = torch.iinfo(dtype)
+        return [0, 1, -3, info.max, info.min]
+    real = torch.finfo(dtype if dtype.is_floating_point else dtype.to_real())
+    values = [0.0, -0.0, 1.5, -2.0, 0.3, real.max, -real.max, real.tiny, 1e-3 * real.max]
+    values += [math.inf, -math.inf, math.nan]
+    return values + ([1 - 2j, -3j] if dtype.is_complex else [])
+
+
+def matches_dense(structured, dense_call, where, same):
+    """Run ``dense_call()`` (on dense matrices) and ``structured()`` (the same call on
+    ScalarTensors): where the dense call raises, the structured one must raise the same
+    kind of error (None is returned); else it must not, and ``same(got, want)`` compares
+    the results. Returns the structured call's result."""
+    want, want_error = outcome(dense_call)
+    got, got_error = outcome(structured)
+    if want_error is not None:
+        assert got_error is not None and issubclass(got_error, want_error), (
+            where,
+            want_error,
+            got_error,
+        )
+        return None
+    assert got_error is None, (where, got_error)
+    try:
+        same(got, want)
+    except AssertionError as err:
+        raise AssertionError(where) from err
+    return got
+
+
+def interleaved_failures(calls, steps, same, also=None, threads=8):
+    """Run ``calls`` (name -> (fn, want)) from ``threads`` threads started together, each
+    through them in its own rotation for ``steps`` steps, so that they interleave.
+    Returns (thread, step, name) for every result that ``same(got, want)`` rejects, and
+    for every step where ``also()`` (a check of the thread's own) returns False."""
+    import threading
+
+    barrier, failures, names = threading.Barrier(threads), [], list(calls)
+
+    def work(i):
+        barrier.wait()
+        for step in range(steps):
+            name = names[(i + step) % len(names)]
+            fn, want = calls[name]
+            if not same(fn(), want):
+                failures.append((i, step, name))
+            if also is not None and not also():
+                failures.append((i, step, "also"))
+
+    running = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in running:
+        t.start()
+    for t in running:
+        t.join()
+    return failures
 
 
 # (name, function of (d, e, t, s), whether the result is exact): d and e ScalarTensors,

@@ -8,20 +8,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from scalar_cases import SWEEP_DTYPES, interleaved_failures, matches_dense, special_values
 
 from tensortools import ScalarTensor, coverage
 from tensortools.types.scalar_elementwise import ELEMENTWISE
 
-DTYPES = [
-    torch.float32,
-    torch.float64,
-    torch.float16,
-    torch.bfloat16,
-    torch.complex64,
-    torch.int64,
-    torch.int8,
-    torch.bool,
-]
+DTYPES = SWEEP_DTYPES
 SIZES = [0, 1, 3, 17]
 
 # Further arguments for the functions that take them (each also runs without, where it
@@ -74,32 +66,23 @@ for _compare in (
     ARGUMENTS[_compare] = [(0.5,), (-1,), (0,)]
 
 
-def _values(dtype):
-    if dtype == torch.bool:
-        return [True, False]
-    if not (dtype.is_floating_point or dtype.is_complex):
-        info = torch.iinfo(dtype)
-        return [0, 1, -3, info.max, info.min]
-    real = torch.finfo(dtype if dtype.is_floating_point else torch.float32)
-    values = [0.0, -0.0, 1.5, -2.0, 0.3, real.max, -real.max, real.tiny, math.inf, -math.inf]
-    values.append(math.nan)
-    return values + ([1 - 2j] if dtype.is_complex else [])
-
-
 def _calls(func):
     return [((), {})] + [
         ((), a) if isinstance(a, dict) else (a, {}) for a in ARGUMENTS.get(func, [])
     ]
 
 
-def _outcome(func, x, args, kwargs):
+def _call(func, x, args, kwargs):
     if getattr(torch.Tensor, getattr(func, "__name__", ""), None) is func:
         # a method of torch.Tensor: called as one (x.double()), which a ScalarTensor, not
         # being a torch.Tensor, answers through its table
-        name = func.__name__
-        func = lambda x, *a, **k: getattr(x, name)(*a, **k)  # noqa: E731
+        return getattr(x, func.__name__)(*args, **kwargs)
+    return func(x, *args, **kwargs)
+
+
+def _outcome(func, x, args, kwargs):
     try:
-        return func(x, *args, **kwargs), None
+        return _call(func, x, args, kwargs), None
     except Exception as err:  # the dense call may refuse the dtype or the arguments
         return None, err
 
@@ -126,27 +109,16 @@ def _same(got, want):
 def test_every_elementwise_handler_equals_the_dense_call(func):
     structured = 0
     for dtype in DTYPES:
-        for value in _values(dtype):
+        for value in special_values(dtype):
             for n in SIZES:
                 d = ScalarTensor(n, value, dtype=dtype)
                 for args, kwargs in _calls(func):
-                    want, want_error = _outcome(func, d.tensor(), args, kwargs)
-                    got, got_error = _outcome(func, d, args, kwargs)
-                    where = (
-                        f"{func.__name__}(ScalarTensor({n}, {value!r}, {dtype}), {args} {kwargs})"
+                    got = matches_dense(
+                        lambda x=d, a=args, k=kwargs: _call(func, x, a, k),
+                        lambda x=d, a=args, k=kwargs: _call(func, x.tensor(), a, k),
+                        f"{func.__name__}(ScalarTensor({n}, {value!r}, {dtype}), {args} {kwargs})",
+                        _same,
                     )
-                    if want_error is not None:
-                        assert isinstance(got_error, type(want_error)), (
-                            where,
-                            want_error,
-                            got_error,
-                        )
-                        continue
-                    assert got_error is None, (where, got_error)
-                    try:
-                        _same(got, want)
-                    except AssertionError as err:
-                        raise AssertionError(where) from err
                     structured += isinstance(got, ScalarTensor)
     # the handler answers without the dense matrix wherever it can (for some function
     # and argument pairs, never: d ** 0 is all ones)
@@ -270,8 +242,6 @@ def test_hostile_arguments_give_the_dense_calls_answer_or_error():
 def test_threads_sharing_one_scalar_tensor_get_their_own_answers():
     # Handlers read the shared pair [value, 0] and never write it: interleave calls that
     # stay structured, go dense, cast and change another ScalarTensor in place.
-    import threading
-
     d = ScalarTensor(5, -0.75)
     calls = {
         "sin": (lambda: torch.sin(d), torch.sin(d.tensor())),
@@ -280,27 +250,16 @@ def test_threads_sharing_one_scalar_tensor_get_their_own_answers():
         "double": (lambda: d.double(), d.tensor().double()),
         "relu": (lambda: F.relu(d), F.relu(d.tensor())),
     }
-    barrier, failures = threading.Barrier(8), []
 
-    def work(i):
-        barrier.wait()
-        for step in range(200):
-            name = list(calls)[(i + step) % len(calls)]
-            fn, want = calls[name]
-            got = fn()
-            got = got.tensor() if isinstance(got, ScalarTensor) else got
-            if not torch.equal(got, want):
-                failures.append((i, step, name))
-            own = ScalarTensor(5, -0.75)
-            F.relu(own, inplace=True)  # in place on a ScalarTensor of this thread only
-            if own.value != 0:
-                failures.append((i, step, "in place"))
+    def own_in_place():
+        own = ScalarTensor(5, -0.75)
+        F.relu(own, inplace=True)  # in place on a ScalarTensor of this thread only
+        return own.value == 0
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    def same(got, want):
+        return torch.equal(got.tensor() if isinstance(got, ScalarTensor) else got, want)
+
+    failures = interleaved_failures(calls, 200, same, also=own_in_place)
     assert not failures and d.value == -0.75
 
 
@@ -327,22 +286,17 @@ def test_two_scalar_tensors_of_one_size_combine_as_their_dense_matrices(func):
     ]
     structured = 0
     for dtype_a, dtype_b in pairs:
-        values_a, values_b = _values(dtype_a)[:7], _values(dtype_b)[::2]
+        values_a, values_b = special_values(dtype_a)[:7], special_values(dtype_b)[::2]
         for a in values_a:
             for b in values_b:
                 for n in SIZES:
                     d, e = ScalarTensor(n, a, dtype=dtype_a), ScalarTensor(n, b, dtype=dtype_b)
-                    want, want_error = _outcome(func, d.tensor(), (e.tensor(),), {})
-                    got, got_error = _outcome(func, d, (e,), {})
-                    where = f"{func.__name__}({d!r} {dtype_a}, {e!r} {dtype_b})"
-                    if want_error is not None:
-                        assert isinstance(got_error, type(want_error)), (where, got_error)
-                        continue
-                    assert got_error is None, (where, got_error)
-                    try:
-                        _same(got, want)
-                    except AssertionError as err:
-                        raise AssertionError(where) from err
+                    got = matches_dense(
+                        lambda d=d, e=e: func(d, e),
+                        lambda d=d, e=e: func(d.tensor(), e.tensor()),
+                        f"{func.__name__}({d!r} {dtype_a}, {e!r} {dtype_b})",
+                        _same,
+                    )
                     structured += isinstance(got, ScalarTensor)
     assert structured > 0, f"{func.__name__}: never structured"
 

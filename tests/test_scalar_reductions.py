@@ -8,21 +8,12 @@ import math
 
 import pytest
 import torch
+from scalar_cases import SWEEP_DTYPES, interleaved_failures, matches_dense, special_values
 
 from tensortools import ScalarTensor
 from tensortools.types import scalar_reductions as reductions
 
-DTYPES = [
-    torch.float32,
-    torch.float64,
-    torch.float16,
-    torch.bfloat16,
-    torch.complex64,
-    torch.complex128,
-    torch.int64,
-    torch.int8,
-    torch.bool,
-]
+DTYPES = SWEEP_DTYPES
 SIZES = [0, 1, 2, 3, 17, 64]
 INF = math.inf
 
@@ -140,18 +131,6 @@ def test_every_registered_reduction_is_swept():
         assert ScalarTensor.handler_for(func) is not None, func
 
 
-def _values(dtype):
-    if dtype == torch.bool:
-        return [True, False]
-    if not (dtype.is_floating_point or dtype.is_complex):
-        info = torch.iinfo(dtype)
-        return [0, 1, -3, info.max, info.min]
-    real = torch.finfo(dtype if dtype.is_floating_point else dtype.to_real())
-    values = [0.0, -0.0, 1.5, -2.0, 0.3, real.max, -real.max, real.tiny, 1e-3 * real.max]
-    values += [math.inf, -math.inf, math.nan]
-    return values + ([1 - 2j, -3j] if dtype.is_complex else [])
-
-
 def _calls(func, table):
     return [((), {})] + [((), a) if isinstance(a, dict) else (a, {}) for a in table[func]]
 
@@ -185,25 +164,21 @@ def _sweep(func, table, dtypes, sizes):
     structured = 0
     handler = ScalarTensor.handler_for(func)
     for dtype in dtypes:
-        for value in _values(dtype):
+        for value in special_values(dtype):
             for n in sizes:
                 d = ScalarTensor(n, value, dtype=dtype)
                 for args, kwargs in _calls(func, table):
                     where = (
                         f"{func.__name__}(ScalarTensor({n}, {value!r}, {dtype}), {args} {kwargs})"
                     )
-                    want, want_error = _outcome(func, d.tensor(), args, kwargs)
-                    got, got_error = _outcome(func, d, args, kwargs)
-                    if want_error is not None:
-                        assert isinstance(got_error, type(want_error)), (
-                            where,
-                            want_error,
-                            got_error,
-                        )
-                        continue
-                    assert got_error is None, (where, got_error)
-                    _same(got, want, where)
-                    structured += handler(d, *args, **kwargs) is not NotImplemented
+                    got = matches_dense(
+                        lambda x=d, a=args, k=kwargs: func(x, *a, **k),
+                        lambda x=d, a=args, k=kwargs: func(x.tensor(), *a, **k),
+                        where,
+                        lambda got, want, where=where: _same(got, want, where),
+                    )
+                    if got is not None:
+                        structured += handler(d, *args, **kwargs) is not NotImplemented
     return structured
 
 
@@ -295,8 +270,6 @@ def test_arguments_the_handlers_do_not_take_go_to_the_dense_call():
 
 @pytest.mark.slow
 def test_threads_sharing_one_scalar_tensor_get_their_own_reductions():
-    import threading
-
     d = ScalarTensor(9, -0.75)
     calls = {
         "amax": (lambda: d.amax(0), d.tensor().amax(0)),
@@ -306,21 +279,7 @@ def test_threads_sharing_one_scalar_tensor_get_their_own_reductions():
         "eigvalsh": (lambda: torch.linalg.eigvalsh(d), torch.linalg.eigvalsh(d.tensor())),
         "sum dense": (lambda: torch.sum(d, 0, dtype=torch.float64), d.tensor().double().sum(0)),
     }
-    barrier, failures = threading.Barrier(8), []
-
-    def work(i):
-        barrier.wait()
-        for step in range(150):
-            name = list(calls)[(i + step) % len(calls)]
-            fn, want = calls[name]
-            if not torch.allclose(fn(), want):
-                failures.append((i, step, name))
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    failures = interleaved_failures(calls, 150, torch.allclose)
     assert not failures and d.value == -0.75
 
 
@@ -347,7 +306,7 @@ def test_solves_with_a_dense_right_hand_side_equal_the_dense_call(call):
     }[call]
     structured = 0
     for dtype in (torch.float32, torch.float64, torch.complex64, torch.float16):
-        for value in _values(dtype):
+        for value in special_values(dtype):
             if call == "lstsq" and not cmath.isfinite(value):
                 continue  # LAPACK's least squares of inf or NaN differs from call to call
             for n in (0, 1, 3, 17):
