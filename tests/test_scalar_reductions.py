@@ -328,3 +328,19 @@ def test_solves_with_a_dense_right_hand_side_equal_the_dense_call(call):
                         with ScalarTensor.using_policy("strict"):
                             structured += _outcome(fn, d, (b,), {})[1] is None
     assert structured > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64, torch.complex128])
+def test_matrix_exp_gives_the_dense_algorithms_answer_over_its_range(dtype):
+    # torch's matrix_exp runs a Padé approximant and squarings whose number grows with
+    # |value|; on value * I_2 they round as on value * I_N, while on 1x1 torch computes
+    # exp(value) itself (float32 exp(0.5) differs by 2e-5 from the dense matrix's)
+    values = [0.3, 0.5, 1.0, 2.5, 6.0, 10.0, 40.0, 80.0, -20.0, -80.0]
+    values += [3j, 30j, 1000j, 5 + 5j, 0.7 - 0.2j] if dtype.is_complex else []
+    eps = torch.finfo(dtype.to_real()).eps
+    for value in values:
+        for n in (1, 2, 5, 33):
+            d = ScalarTensor(n, value, dtype=dtype)
+            got, want = torch.matrix_exp(d), torch.matrix_exp(d.tensor())
+            assert isinstance(got, ScalarTensor), (value, n)
+            torch.testing.assert_close(got.tensor(), want, rtol=4 * eps, atol=0)
