@@ -17,16 +17,20 @@ __all__ = ["ScalarTensor"]
 class ScalarTensor(TensorLike):
     """The N×N matrix ``value * I_N``, stored as ``N`` and ``value``.
 
-    (The structured handlers live in ``scalar_handlers`` and ``scalar_elementwise``, the
-    queries and conversions in ``scalar_queries``, the rules of in-place calls in
-    ``scalar_in_place``.)
+    (The structured handlers live in ``scalar_handlers``, ``scalar_elementwise``,
+    ``scalar_reductions`` and ``scalar_linalg``, the queries and conversions in
+    ``scalar_queries``, the rules of in-place calls in ``scalar_in_place``.)
 
     Any torch function accepts it. Structured handlers answer cheaply and exactly (the
     same values as on the dense matrix): add, sub, mul and div by a number or another
     ScalarTensor, neg, matmul/mm with a ScalarTensor or a dense tensor, dense +
-    ScalarTensor, mean, sum, trace, det, inverse, diag/diagonal, transpose/t, and the
-    elementwise functions that keep 0 at 0 (sin, tanh, abs, relu, clamp or comparisons
-    with numbers, ...: ``scalar_elementwise``). Other calls,
+    ScalarTensor, trace, diag/diagonal, transpose/t, the elementwise functions that keep
+    0 at 0 (sin, tanh, abs, relu, clamp or comparisons with numbers or another
+    ScalarTensor, ...: ``scalar_elementwise``), the reductions and norms with their dims
+    (sum, mean, amax, argmax, var, logsumexp, linalg.norm, ...: ``scalar_reductions``)
+    and the linear algebra (det, slogdet, inverse, pinv, matrix_power, matrix_exp,
+    cholesky, eigvals, eigvalsh, svdvals, solve and lstsq with a dense right-hand side:
+    ``scalar_linalg``). Other calls,
     and structured ones whose dense answer is not of this form (``d * inf`` puts NaN off
     the diagonal), run on the dense matrix under the default ``"fallback"`` policy, or
     raise ``TypeError`` under ``"strict"`` (``ScalarTensor.set_policy("strict")``).
