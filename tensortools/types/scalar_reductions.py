@@ -371,8 +371,10 @@ def _p_norm(a: float, c: int, z: int, p: float, dtypes: set) -> float | None:
         return 0.0 if z else a
     if p == 0:
         return float(c * (a != 0))
+    if math.isnan(p) or p not in (1.0, 2.0):
+        return None  # other orders: the dense call's rounding of (|v| ** p) ** (1 / p)
     if a == 0:
-        return 0.0  # (for p < 0: 0 ** p is inf, and inf ** (1 / p) is 0)
+        return 0.0
     if p < 0:
         if z:
             return 0.0  # 0 ** p is inf, and inf ** (1 / p) is 0
@@ -419,7 +421,7 @@ def _norm_kind(func: Callable, args: tuple, kwargs: dict) -> tuple[str, Any]:
         return "vector", ord
     # torch.norm and Tensor.norm: p="fro" is the 2-norm over the dims given
     p = args[0] if args else kwargs.get("p", "fro")
-    if p == "fro":
+    if p is None or p == "fro":
         return "vector", 2
     if p == "nuc":
         return "matrix", "nuc"
