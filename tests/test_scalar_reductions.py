@@ -142,11 +142,11 @@ def _outcome(func, x, args, kwargs):
         return None, err
 
 
-def _same(got, want, where):
+def _same(got, want, where, signed=False):
     if isinstance(want, tuple):
         assert type(got) is type(want) and len(got) == len(want), where
         for g, w in zip(got, want, strict=True):
-            _same(g, w, where)
+            _same(g, w, where, signed)
         return
     got = got.tensor() if isinstance(got, ScalarTensor) else got
     assert got.dtype == want.dtype and got.shape == want.shape, (where, got, want)
@@ -154,8 +154,22 @@ def _same(got, want, where):
         # the dense call adds in its own order (and LAPACK runs its own algorithm): to
         # torch's tolerance for the dtype
         torch.testing.assert_close(got, want, equal_nan=True, msg=lambda m: f"{where}: {m}")
+        if signed and want.dtype.is_floating_point:
+            _same_signed_zeros(got, want, where)
+
     else:
         assert torch.equal(got, want), (where, got, want)
+
+
+#: Reductions whose real zero's sign IEEE arithmetic fixes in any order: a product's is
+#: the parity of its negative factors; a sum of zeros is -0 only if every term is -0.
+#: (Elsewhere the order decides: max(-0, +0), LAPACK's operations, complex parts.)
+SIGNED_ZEROS = {torch.prod, torch.sum, torch.nansum, torch.mean, torch.nanmean}
+
+
+def _same_signed_zeros(got, want, where):
+    zeros = want == 0
+    assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros])), (where, got, want)
 
 
 def _sweep(func, table, dtypes, sizes):
@@ -175,7 +189,9 @@ def _sweep(func, table, dtypes, sizes):
                         lambda x=d, a=args, k=kwargs: func(x, *a, **k),
                         lambda x=d, a=args, k=kwargs: func(x.tensor(), *a, **k),
                         where,
-                        lambda got, want, where=where: _same(got, want, where),
+                        lambda got, want, where=where: _same(
+                            got, want, where, func in SIGNED_ZEROS
+                        ),
                     )
                     if got is not None:
                         structured += handler(d, *args, **kwargs) is not NotImplemented
@@ -344,3 +360,73 @@ def test_matrix_exp_gives_the_dense_algorithms_answer_over_its_range(dtype):
             got, want = torch.matrix_exp(d), torch.matrix_exp(d.tensor())
             assert isinstance(got, ScalarTensor), (value, n)
             torch.testing.assert_close(got.tensor(), want, rtol=4 * eps, atol=0)
+
+
+def _bits(t):
+    """t's numbers with each zero's sign and NaN made comparable: equal bits, in effect."""
+    t = torch.view_as_real(t) if t.is_complex() else t
+    if not t.is_floating_point():
+        return t.tolist()
+    return [(math.copysign(1, x), x) if x == x else "nan" for x in t.flatten().tolist()]
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.int64],
+)
+def test_matrix_power_rounds_as_the_dense_squarings_do(dtype):
+    # the dense call rounds after each squaring and product: float16's 1.01 ** 100 and
+    # float32's 1.0000001 ** (2**20 + 3) differ from pow's single rounding in their
+    # last digits, and a power of 2**20 of 1e-8 off one ends far from pow's
+    values = [0.0, -0.0, 1.0000001, 1.01, -1.5, 0.3, 3.0, 0.999]
+    if dtype.is_complex:
+        values += [0.6 + 0.8j, -1 + 0j, 1.0000001 + 1e-4j]
+    elif not dtype.is_floating_point:
+        values = [0, 1, -1, 3, -7]
+    exact = not dtype.is_complex  # (the complex product's order is the BLAS kernel's)
+    structured = 0
+    for value in values:
+        for n in (1, 2, 5, 33):
+            d = ScalarTensor(n, value, dtype=dtype)
+            for k in (0, 1, 2, 3, 7, 100, 2**10, 2**20 + 3, -1, -2):
+                where = f"matrix_power(ScalarTensor({n}, {value!r}, {dtype}), {k})"
+                got = matches_dense(
+                    lambda d=d, k=k: torch.linalg.matrix_power(d, k),
+                    lambda d=d, k=k: torch.linalg.matrix_power(d.tensor(), k),
+                    where,
+                    lambda got, want, where=where: _same(got, want, where),
+                )
+                if got is None:
+                    continue
+                if not isinstance(got, ScalarTensor):
+                    continue  # (the dense call answered)
+                structured += 1
+                want = torch.linalg.matrix_power(d.tensor(), k)
+                if exact and k >= 0:  # (a negative power inverts on LAPACK first)
+                    assert _bits(got.tensor()) == _bits(want), where
+    assert structured > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_logdet_of_a_real_value_has_the_dense_calls_branch(dtype):
+    # the dense determinant of (-2+0j) * I_17 is real, so its logarithm's imaginary part
+    # is +pi; pow(-1+0j, 17) in complex arithmetic is -1-4e-15j, whose logarithm has -pi
+    # on the real axis (+0j) the dense products stay real; elsewhere, where v ** N ends on
+    # the negative real axis (-3j at N = 2, 6, ...; -2-0j), its rounding picks the side
+    for value in (-2.0, 2.0, -0.5, -1.0, 1 - 2j, -3j, 3j, complex(-2, -0.0), -1 - 1j):
+        for n in range(1, 40):
+            d = ScalarTensor(n, value, dtype=dtype)
+            for func in (torch.logdet, torch.det, lambda x: torch.linalg.slogdet(x).sign):
+                got, want = func(d), func(d.tensor())
+                torch.testing.assert_close(got, want, msg=lambda m, v=value, n=n: f"{v} {n}: {m}")
+
+
+def test_trace_refuses_the_dtypes_the_dense_trace_refuses():
+    for dtype in (torch.uint8, torch.uint16, torch.uint32, torch.uint64, torch.int8, torch.bool):
+        d = ScalarTensor(3, 1, dtype=dtype)
+        matches_dense(
+            lambda d=d: torch.trace(d),
+            lambda d=d: torch.trace(d.tensor()),
+            f"trace {dtype}",
+            lambda got, want: _same(got, want, f"trace {dtype}"),
+        )

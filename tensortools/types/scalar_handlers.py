@@ -279,6 +279,8 @@ def _accumulated(d: ScalarTensor, accumulate: bool = False) -> Tensor:
         total = torch.view_as_complex(torch.view_as_real(v) * d.N)
     else:
         total = v * d.N
+    if total.is_floating_point() or total.is_complex():
+        total = total + 0  # torch's sums start from +0: the sum of -0 values is +0
     return total if accumulate else total.to(dtype)
 
 
@@ -306,17 +308,27 @@ def _sum(input):
     largest = _LARGEST[pair.dtype]
     totals = []
     for part in (v.real, v.imag) if pair.is_complex() else (v,):
-        total = n * part
+        total = n * part + 0.0  # (+0 for a -0 value, as torch's sum starts from +0)
         if largest / 4 < abs(total) < 4 * largest:
             return NotImplemented
         totals.append(math.copysign(math.inf, total) if abs(total) >= 4 * largest else total)
     return pair.new_full((), complex(*totals) if pair.is_complex() else totals[0])
 
 
+@functools.cache
+def _has_trace(dtype: torch.dtype) -> bool:
+    """Whether torch's trace has a kernel for dtype (not for bool or uint16/32/64)."""
+    try:
+        torch.trace(torch.zeros(1, 1, dtype=dtype))
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
 @_structured(torch.trace)
 def _trace(input):
-    if input.dtype == torch.bool:
-        return NotImplemented  # the dense trace refuses bool
+    if not _has_trace(input.dtype):
+        return NotImplemented  # the dense call's error
     return _accumulated(input)
 
 
@@ -336,8 +348,12 @@ def _mean(input):
 def power(v: Tensor, n: int) -> Tensor:
     """v ** n for a 0-d tensor v and an int n; complex in double precision, where the
     angle n * arg(v) keeps its value for large n (float32's pi is 9e-8 off: (-2+0j) ** 33
-    would have an imaginary part of 2e4 in complex64)."""
+    would have an imaginary part of 2e4 in complex64). A complex v on the real axis stays
+    there, as the dense products do: (-1+0j) ** 17 is -1+0j, where pow's angle 17 * pi
+    gives -1-4e-15j, whose logarithm's imaginary part is -pi instead of pi."""
     if v.is_complex():
+        if v.imag.item() == 0:
+            return torch.complex(torch.pow(v.real, n), torch.zeros_like(v.real))
         return torch.pow(v.to(torch.complex128), n).to(v.dtype)
     return torch.pow(v, n)
 

@@ -12,6 +12,7 @@ go to the dense call.
 
 from __future__ import annotations
 
+import cmath
 import math
 from collections.abc import Callable
 from typing import Any
@@ -50,8 +51,13 @@ def _usable(d: Any) -> bool:
 def _one(func: Callable, d: ScalarTensor, *args: Any, **kwargs: Any) -> Any:
     """func on the 1x1 stand-in [[value]], or NotImplemented where it raises (the dense
     call then raises with the matrix's own sizes)."""
+    return _one_of(func, d, 1, *args, **kwargs)
+
+
+def _one_of(func: Callable, d: ScalarTensor, k: int, *args: Any, **kwargs: Any) -> Any:
+    """func on the k x k stand-in value * I_k (k <= 2), or NotImplemented where it raises."""
     try:
-        return func(_stand_in(d, 1), *args, **kwargs)
+        return func(_stand_in(d, k), *args, **kwargs)
     except Exception:
         return NotImplemented
 
@@ -95,12 +101,25 @@ _structured(torch.slogdet)(_slogdet_as(torch.return_types.slogdet))
 _structured(torch.linalg.slogdet)(_slogdet_as(torch.return_types.linalg_slogdet))
 
 
+def _near_the_cut(v: complex, n: int, dtype: torch.dtype) -> bool:
+    """Whether v ** n lies so near the negative real axis that the dense call's rounding
+    (and the sign of its zeros) picks the side of log's branch cut, between +pi and -pi:
+    then the dense call answers. A value on the positive side of the real axis (+0j)
+    stays there, in the dense products as in :func:`power`."""
+    if v.imag == 0 and math.copysign(1.0, v.imag) > 0:
+        return False
+    off = math.remainder(n * cmath.phase(v) - math.pi, 2 * math.pi)  # (0 on the cut)
+    return abs(off) <= 8 * n * torch.finfo(dtype.to_real()).eps
+
+
 @_structured(torch.logdet)
 def _logdet(input):
     if not _usable(input):
         return NotImplemented
     sign, logabs = _slogdet(input)
     if input.dtype.is_complex:
+        if _near_the_cut(input._pair.tolist()[0], input.N, input.dtype):
+            return NotImplemented
         return torch.log(sign) + logabs  # (logabs is -inf for a zero value, as on LAPACK)
     # a negative determinant has no real logarithm: NaN, as the dense call gives
     return torch.where(sign < 0, torch.full_like(logabs, math.nan), logabs)
@@ -108,34 +127,38 @@ def _logdet(input):
 
 @_structured(torch.matrix_power, torch.linalg.matrix_power)
 def _matrix_power(input, n):
+    """The dense call on the 2x2 stand-in, which squares and multiplies value * I_2 as the
+    dense call does value * I_N: each product's diagonal entry is v * v plus zeros, so
+    each rounds alike (float16 rounds at every squaring; a power of 1.0000001 ** 2**20
+    differs from pow's one rounding in the fifth digit)."""
     if (
         not isinstance(input, ScalarTensor)
         or type(n) is not int
         or input.N == 0
         or input.device.type == "meta"
+        or input.dtype == torch.bool  # (no bool matmul)
     ):
         return NotImplemented
-    v = input._scalar()
-    if n == 0:
-        return ScalarTensor._from_pair(input.N, torch.stack((torch.ones_like(v), v.new_zeros(()))))
-    if n < 0:  # the inverse's power: LAPACK's rules
-        if not _usable(input) or bool(v == 0):
+    v = input._pair.tolist()[0]
+    if n < 0 and (not _usable(input) or v == 0):
+        return NotImplemented  # the inverse's power: LAPACK's rules and errors
+    if not cmath.isfinite(v):
+        return NotImplemented  # off the diagonal inf * 0 is NaN
+    if input.dtype.is_floating_point or input.dtype.is_complex:
+        # every intermediate power of the dense squarings must stay finite off the
+        # diagonal (compared as logarithms: v ** n may be beyond float64 too)
+        info = torch.finfo(input.dtype.to_real())
+        magnitude = abs(v if n >= 0 else 1 / v)
+        if magnitude != 0 and not (
+            math.log(4 * info.tiny) <= abs(n) * math.log(magnitude) <= math.log(info.max / 4)
+        ):
             return NotImplemented
-        v, n = torch.reciprocal(v), -n
-    if input.dtype == torch.bool or not finite(v.item()):
-        return NotImplemented  # (no bool matmul; off the diagonal inf * 0 is NaN)
-    if not (v.is_floating_point() or v.is_complex()):
-        # integers: the dense products wrap around as this power does
-        return ScalarTensor._from_pair(input.N, torch.stack((v.pow(n), v.new_zeros(()))))
-    # every intermediate power of the dense squarings must stay finite off the diagonal
-    # (compared as logarithms: v ** n may be beyond float64 too)
-    magnitude = abs(v.item())
-    info = torch.finfo(v.dtype.to_real() if v.is_complex() else v.dtype)
-    if magnitude != 0 and not (
-        math.log(4 * info.tiny) <= n * math.log(magnitude) <= math.log(info.max / 4)
-    ):
-        return NotImplemented
-    return _diagonal(input, power(v, n))
+    result = _one_of(torch.linalg.matrix_power, input, min(input.N, 2), n)
+    if result is NotImplemented:
+        return result
+    # (integers: the dense products wrap around as the stand-in's do)
+    pair = result.flatten()[:2] if input.N > 1 else torch.cat((result[0], result.new_zeros(1)))
+    return ScalarTensor._from_pair(input.N, pair)
 
 
 @_structured(torch.matrix_exp, torch.linalg.matrix_exp)

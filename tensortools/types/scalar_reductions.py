@@ -149,9 +149,13 @@ def _extreme(func: Callable) -> Callable:
         result = _on_stand_in(func, input, args, kwargs)
         if result is NotImplemented or input.N <= 2:
             return result
+        if func is torch.prod and input.dtype.is_complex:
+            # the signs of a complex product's zero parts follow the order of its
+            # multiplications, which the dense reduction picks for itself
+            return NotImplemented
         axis = _column_axis(result)
         if axis is None:
-            return result
+            return _whole_prod(input, result) if func is torch.prod else result
         if axis < 0:
             return NotImplemented
         indices = _INDEX_RESULTS.get(func, ())
@@ -161,6 +165,16 @@ def _extreme(func: Callable) -> Callable:
 
     handler.__name__ = f"_extreme_{func.__name__}"
     return handler
+
+
+def _whole_prod(d: ScalarTensor, stand_in: Tensor) -> Tensor:
+    """The whole matrix's product from the 2x2 stand-in's: a real product's sign is the
+    parity of its negative factors, in any order. The stand-in has two copies of the
+    value, the matrix N: for an odd N and a value with its sign bit set (-0 included), a
+    zero product is -0."""
+    if d.N % 2 and stand_in.is_floating_point() and torch.signbit(d._pair[0]).item():
+        return torch.neg(stand_in)  # (NaN stays NaN: inf * 0)
+    return stand_in
 
 
 _ACCUMULATE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
@@ -304,9 +318,14 @@ def _all_in_range(dtypes: set, *xs: float) -> bool:
     )
 
 
+def _average(v, c, z):
+    """The mean of c values v and z zeros. Plus +0, as torch's sums start from +0: the
+    mean of -0 values is +0 (for a complex one in both parts)."""
+    return c * v / (c + z) + (0j if isinstance(v, complex) else 0.0)
+
+
 def _mean(v, c, z, dtypes, args, kwargs):
-    n = c + z
-    return (c * v / n,) if _all_in_range(dtypes, c * abs(v)) else None
+    return (_average(v, c, z),) if _all_in_range(dtypes, c * abs(v)) else None
 
 
 def _correction(args: tuple, kwargs: dict) -> float:
@@ -346,12 +365,12 @@ def _std(v, c, z, dtypes, args, kwargs):
 
 def _var_mean(v, c, z, dtypes, args, kwargs):
     var = _variance(v, c, z, dtypes, args, kwargs)
-    return None if var is None else (var, c * v / (c + z))
+    return None if var is None else (var, _average(v, c, z))
 
 
 def _std_mean(v, c, z, dtypes, args, kwargs):
     var = _variance(v, c, z, dtypes, args, kwargs)
-    return None if var is None else (math.sqrt(var), c * v / (c + z))
+    return None if var is None else (math.sqrt(var), _average(v, c, z))
 
 
 def _logsumexp(v, c, z, dtypes, args, kwargs):
