@@ -3,6 +3,7 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include "python/scalar_dispatch.h"
 #include "python/wrapper_dispatch.h"
 
 // Operators are defined with TORCH_LIBRARY_FRAGMENT next to their kernels.
@@ -16,4 +17,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("with_cuda") = false;
 #endif
   tensortools::python::add_wrapper_dispatch(m);
+  tensortools::python::add_scalar_dispatch(m);
 }

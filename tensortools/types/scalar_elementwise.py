@@ -23,7 +23,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from tensortools.types.scalar_handlers import _from_probe, _plain_operand, _probe, _structured
+from tensortools.types.scalar_handlers import (
+    FAST_ELEMENTWISE,
+    _from_probe,
+    _plain_operand,
+    _probe,
+    _structured,
+)
 from tensortools.types.scalar_tensor import ScalarTensor
 
 __all__: list[str] = []
@@ -178,4 +184,4 @@ def _small(func: Callable, d: ScalarTensor, args: tuple, kwargs: dict) -> Any:
 
 
 for _func in ELEMENTWISE:
-    _structured(_func)(_elementwise(_func))
+    _structured(_func, fast=FAST_ELEMENTWISE)(_elementwise(_func))

@@ -50,10 +50,16 @@ def scale_finite(input: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
 # (0 * inf, 0 / 0 and the like make it NaN: then the dense answer is not value * I).
 
 
-def _structured(*funcs: Callable) -> Callable[[Callable], Callable]:
+#: The calls csrc/python/scalar_dispatch.cpp answers in C as the handler registered with
+#: the code does: an elementwise function of d alone, the whole sum, the Frobenius norm.
+FAST_ELEMENTWISE, FAST_SUM, FAST_FROBENIUS = 1, 2, 3
+
+
+def _structured(*funcs: Callable, fast: int = 0) -> Callable[[Callable], Callable]:
     """Register a structured handler for funcs on ScalarTensor. Calls with ``out=`` are
     left to the fallback, which writes the dense answer with torch's own out= rules (a
-    subclass's handlers get out= like any other argument)."""
+    subclass's handlers get out= like any other argument). ``fast``: one of the FAST_
+    codes, for a handler whose common call the compiled path answers as it does."""
 
     def register(handler: Callable) -> Callable:
         @functools.wraps(handler)
@@ -62,6 +68,8 @@ def _structured(*funcs: Callable) -> Callable[[Callable], Callable]:
                 return NotImplemented
             return handler(*args, **kwargs)
 
+        if fast:
+            without_out._fast_code = fast
         ScalarTensor.implements(*funcs)(without_out)
         return handler
 
@@ -199,7 +207,7 @@ def _div(input, other, *, rounding_mode=None):
     return _from_probe(input, torch.div(_probe(input), s, rounding_mode=rounding_mode))
 
 
-@_structured(torch.neg, torch.negative)
+@_structured(torch.neg, torch.negative, fast=FAST_ELEMENTWISE)
 def _neg(input):
     return _from_probe(input, torch.neg(_probe(input)))
 

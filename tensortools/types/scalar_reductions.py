@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from tensortools.types.scalar_handlers import FAST_FROBENIUS, FAST_SUM, _structured
 from tensortools.types.scalar_handlers import _mean as _whole_mean
-from tensortools.types.scalar_handlers import _structured
 from tensortools.types.scalar_handlers import _sum as _whole_sum
 from tensortools.types.scalar_tensor import ScalarTensor
 
@@ -535,8 +535,8 @@ NORMS: tuple[Callable, ...] = (
 for _func in EXTREMES:
     _structured(_func)(_extreme(_func))
 for _func in SUMS:
-    _structured(_func)(_sum_like(_func))
+    _structured(_func, fast=FAST_SUM if _func is torch.sum else 0)(_sum_like(_func))
 for _func, _formula in CLOSED_FORMS.items():
     _structured(_func)(_closed_form(_func, _formula))
 for _func in NORMS:
-    _structured(_func)(_norm(_func))
+    _structured(_func, fast=FAST_FROBENIUS if _func in _FROBENIUS_BY else 0)(_norm(_func))

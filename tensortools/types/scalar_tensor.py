@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import pickle
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from tensortools._native import C as _C
 from tensortools.dispatch import TensorLike
+from tensortools.dispatch.table import TorchFunctionTable
 
 __all__ = ["ScalarTensor"]
 
@@ -46,6 +48,29 @@ class ScalarTensor(TensorLike):
     ``device`` to the CPU. ``value`` is the number given (for integer dtypes, as the
     dtype holds it); computations use it rounded to ``dtype``, like the dense matrix.
     """
+
+    # -- __torch_function__: compiled for the most common calls, in Python for the rest --
+    # csrc/python/scalar_dispatch.cpp answers an elementwise function of one ScalarTensor
+    # alone, the whole sum and the Frobenius norm as their Python handlers do, and hands
+    # every other call (and every case it leaves out) to _python_torch_function, which
+    # defines the behaviour. It reads one record per class, _fast = (result class, {func:
+    # code}), listing the functions whose table entry is a handler with a _fast_code
+    # (scalar_handlers._structured(..., fast=code)); _on_table_change recomputes it.
+    _fast: ClassVar[tuple] = (None, {})
+    _python_torch_function = TorchFunctionTable.__dict__["__torch_function__"]
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        # A Python frame around the compiled function (0.1 µs), so that torch.compile,
+        # which cannot trace C, reaches a call of it and traces the Python path instead
+        # (registered below the class).
+        return _scalar_torch_function(cls, func, types, args, kwargs)
+
+    @classmethod
+    def _on_table_change(cls) -> None:
+        codes = {f: h._fast_code for f, h in cls._handlers.items() if hasattr(h, "_fast_code")}
+        # (structured results are ScalarTensors, also for a subclass's calls)
+        cls._fast = (globals().get("ScalarTensor", cls), codes)
 
     def __init__(
         self,
@@ -255,6 +280,15 @@ from tensortools.types import (  # noqa: E402,F401
     scalar_queries,
     scalar_reductions,
 )
+
+_scalar_torch_function = _C.scalar_torch_function
+
+
+@torch.compiler.substitute_in_graph(_C.scalar_torch_function, skip_signature_check=True)
+def _traced_torch_function(cls, func, types, args=(), kwargs=None):
+    # What torch.compile traces in place of the compiled path: the Python path.
+    return cls._python_torch_function(func, types, args, kwargs)
+
 
 # torch.load(weights_only=True) may rebuild ScalarTensors once tensortools is imported.
 torch.serialization.add_safe_globals([ScalarTensor])

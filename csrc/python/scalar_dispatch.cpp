@@ -1,0 +1,339 @@
+// ScalarTensor.__torch_function__ in C for its most common calls, which the Python path
+// answers in a few µs but wraps in several more of table lookups and checks:
+//   1  an elementwise function of one ScalarTensor alone, with no other arguments than
+//      flags that are False or None (torch.abs(d), torch.sin(d), d.relu(), F.relu(d),
+//      which passes inplace=False, -d): the function on the pair [value, 0], structured
+//      when the second entry stays 0 (scalar_elementwise, and neg in scalar_handlers);
+//   2  the whole matrix's sum, torch.sum(d) / d.sum() (scalar_handlers._sum);
+//   3  its Frobenius norm, torch.linalg.norm(d) / torch.norm(d) / d.norm() and
+//      vector_norm / matrix_norm without arguments (scalar_reductions._frobenius).
+// Each does what the Python handler registered for the call does. Every other call, and
+// every case these leave out (further arguments, N <= 1 or beyond int64, a device other
+// than the CPU, a dtype not listed in `entry`, a result whose off-diagonal entry is not 0,
+// a sum near the dtype's largest number, any error), goes to the class's Python path
+// (cls._python_torch_function), which defines the behaviour: tests run both paths over
+// the same sweeps and compare.
+//
+// What it needs from a class is one record, cls._fast (a tuple, recomputed by
+// tensortools/types/scalar_tensor.py whenever a handler is registered):
+//   (result_class, codes)
+//   result_class  the class structured results are made of (ScalarTensor)
+//   codes         dict func -> 1, 2 or 3 above, holding only the functions whose table
+//                 entry is the Python handler the code mirrors (a subclass that registers
+//                 its own handler for one takes the Python path for it)
+#include "scalar_dispatch.h"
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <cmath>
+#include <complex>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+namespace tensortools::python {
+namespace {
+
+// Interned names, and the empty tuple object.__new__ is called with.
+PyObject* s_fast = nullptr;         // "_fast": the class's record
+PyObject* s_python_path = nullptr;  // "_python_torch_function"
+PyObject* s_n = nullptr;            // "N"
+PyObject* s_pair = nullptr;         // "_pair"
+PyObject* g_empty = nullptr;
+
+enum Code : long { kElementwise = 1, kSum = 2, kFrobenius = 3 };
+
+PyObject* python_path(PyObject* const* argv, Py_ssize_t argc) {
+  return PyObject_VectorcallMethod(s_python_path, argv, argc, nullptr);  // cls.<name>(...)
+}
+
+template <typename T>
+void read(const T& x, std::complex<double>* value, int64_t* integer) {
+  if constexpr (c10::is_complex<T>::value) {
+    *value = std::complex<double>(x.real(), x.imag());
+  } else if constexpr (std::is_integral_v<T>) {
+    *integer = static_cast<int64_t>(x);
+    *value = static_cast<double>(x);
+  } else {
+    *value = static_cast<double>(x);
+  }
+}
+
+// An entry of a 1-D CPU tensor, for the dtypes the fast path takes: as a complex double
+// (floating and complex dtypes; bool and integers too, as doubles) and, for bool and the
+// integer dtypes, exactly as an int64 in *integer. false for any other dtype.
+bool entry(const at::Tensor& t, int64_t i, std::complex<double>* value, int64_t* integer) {
+  switch (t.scalar_type()) {
+    case at::kBool:
+    case at::kByte:
+    case at::kChar:
+    case at::kShort:
+    case at::kInt:
+    case at::kLong:
+    case at::kHalf:
+    case at::kBFloat16:
+    case at::kFloat:
+    case at::kDouble:
+    case at::kComplexFloat:
+    case at::kComplexDouble:
+      break;
+    default:
+      return false;
+  }
+  const int64_t offset = i * t.stride(0);
+  AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND3(
+      at::kHalf, at::kBFloat16, at::kBool, t.scalar_type(), "scalar_dispatch_entry",
+      [&] { read(t.const_data_ptr<scalar_t>()[offset], value, integer); });
+  return true;
+}
+
+// The largest finite number and the smallest normal one of a floating or complex dtype's
+// real part (torch.finfo's max and tiny).
+void limits(at::ScalarType dtype, double* largest, double* tiny) {
+  switch (c10::toRealValueType(dtype)) {
+    case at::kHalf:
+      *largest = static_cast<double>(std::numeric_limits<c10::Half>::max());
+      *tiny = static_cast<double>(std::numeric_limits<c10::Half>::min());
+      return;
+    case at::kBFloat16:
+      *largest = static_cast<double>(std::numeric_limits<c10::BFloat16>::max());
+      *tiny = static_cast<double>(std::numeric_limits<c10::BFloat16>::min());
+      return;
+    case at::kFloat:
+      *largest = std::numeric_limits<float>::max();
+      *tiny = std::numeric_limits<float>::min();
+      return;
+    default:
+      *largest = std::numeric_limits<double>::max();
+      *tiny = std::numeric_limits<double>::min();
+  }
+}
+
+bool floating_or_complex(at::ScalarType dtype) {
+  return dtype == at::kHalf || dtype == at::kBFloat16 || dtype == at::kFloat ||
+         dtype == at::kDouble || dtype == at::kComplexFloat || dtype == at::kComplexDouble;
+}
+
+// A new instance of `klass` holding N and the pair, as ScalarTensor._from_pair makes it.
+PyObject* make(PyObject* klass, PyObject* n, PyObject* pair) {
+  auto* type = reinterpret_cast<PyTypeObject*>(klass);
+  PyObject* out = type->tp_new(type, g_empty, nullptr);
+  if (out == nullptr) return nullptr;
+  if (PyObject_SetAttr(out, s_n, n) != 0 || PyObject_SetAttr(out, s_pair, pair) != 0) {
+    Py_CLEAR(out);
+  }
+  return out;
+}
+
+// A new 0-d tensor holding number, converted to options' dtype as fill_ converts it (and
+// at::full, which runs fill_): written directly, without fill_'s TensorIterator.
+PyObject* number(const c10::Scalar& number, const at::TensorOptions& options) {
+  at::Tensor t = at::empty({}, options);
+  AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND3(
+      at::kHalf, at::kBFloat16, at::kBool, t.scalar_type(), "scalar_dispatch_number",
+      [&] { *t.mutable_data_ptr<scalar_t>() = number.to<scalar_t>(); });
+  return THPVariable_Wrap(std::move(t));
+}
+
+// Code 1 (scalar_elementwise's handler): func on the pair (with the call's keyword
+// arguments, each False or None); the ScalarTensor x itself where
+// func returns the pair as it is (x.float() of a float32 x). nullptr without an error set:
+// the Python path.
+PyObject* elementwise(PyObject* klass, PyObject* func, PyObject* kwargs, PyObject* x, PyObject* n,
+                      PyObject* pair_object, const at::Tensor& pair) {
+  PyObject* result = PyObject_VectorcallDict(func, &pair_object, 1, kwargs);
+  if (result == nullptr) {
+    PyErr_Clear();  // (the Python path runs the call again and raises what it raises)
+    return nullptr;
+  }
+  if (result == pair_object) {
+    Py_DECREF(result);
+    return Py_NewRef(x);
+  }
+  PyObject* out = nullptr;
+  if (THPVariable_CheckExact(result)) {
+    const at::Tensor& t = THPVariable_Unpack(result);
+    std::complex<double> off;
+    int64_t integer = 0;
+    if (t.device().is_cpu() && t.layout() == at::kStrided && t.dim() == 1 && t.numel() == 2 &&
+        t.data_ptr() != pair.data_ptr() && entry(t, 1, &off, &integer) &&
+        off == std::complex<double>(0.0, 0.0)) {  // (NaN is not 0)
+      out = make(klass, n, result);
+    }
+  }
+  Py_DECREF(result);
+  return out;
+}
+
+// Code 2 (scalar_handlers._sum): N * value, in int64 for bool and integers (wrapping
+// around as the dense sum does), else in the dtype; nullptr without an error set where a
+// floating total lies within a factor 4 of the dtype's largest number (the order of the
+// dense additions decides there between a number and infinity).
+PyObject* whole_sum(int64_t n, const at::Tensor& pair) {
+  std::complex<double> v;
+  int64_t integer = 0;
+  if (!entry(pair, 0, &v, &integer)) return nullptr;
+  const at::ScalarType dtype = pair.scalar_type();
+  if (!floating_or_complex(dtype)) {
+    const auto total = static_cast<uint64_t>(n) * static_cast<uint64_t>(integer);
+    return number(static_cast<int64_t>(total), pair.options().dtype(at::kLong));
+  }
+  if (n == 0) return number(0, pair.options());  // (also for an infinite value)
+  double largest, tiny;
+  limits(dtype, &largest, &tiny);
+  double totals[2] = {v.real(), v.imag()};
+  for (double& total : totals) {
+    total = static_cast<double>(n) * total + 0.0;  // (+0 for -0: torch's sums start at +0)
+    const double size = std::fabs(total);
+    if (largest / 4 < size && size < 4 * largest) return nullptr;
+    if (size >= 4 * largest) total = std::copysign(INFINITY, total);
+  }
+  if (c10::isComplexType(dtype)) {
+    return number(c10::complex<double>(totals[0], totals[1]), pair.options());
+  }
+  return number(totals[0], pair.options());
+}
+
+// _in_range of scalar_reductions: x is 0 or well inside the dtype's normal range.
+bool in_range(double x, double largest, double tiny) {
+  x = std::fabs(x);
+  return x == 0 || (4 * tiny <= x && x <= largest / 4);
+}
+
+// Code 3 (scalar_reductions._frobenius): sqrt(N) * |value| in the dtype's real dtype;
+// nullptr without an error set where the dense sum of squares could leave the range.
+PyObject* frobenius(int64_t n, const at::Tensor& pair) {
+  const at::ScalarType dtype = pair.scalar_type();
+  std::complex<double> v;
+  int64_t integer = 0;
+  if (!floating_or_complex(dtype) || !entry(pair, 0, &v, &integer)) return nullptr;
+  const double a = std::hypot(v.real(), v.imag());
+  if (std::isinf(a) && std::isfinite(v.real()) && std::isfinite(v.imag())) {
+    return nullptr;  // (a modulus beyond double: the Python path's OverflowError)
+  }
+  const auto options = pair.options().dtype(c10::toRealValueType(dtype));
+  if (n == 0 || a == 0 || !std::isfinite(a)) return number(n ? a : 0.0, options);
+  double largest, tiny;
+  limits(dtype, &largest, &tiny);
+  if (!(in_range(a * a, largest, tiny) &&
+        in_range(static_cast<double>(n) * a * a, largest, tiny))) {
+    return nullptr;
+  }
+  return number(std::sqrt(static_cast<double>(n)) * a, options);
+}
+
+// Whether every keyword argument is False or None (F.relu(d) passes inplace=False): flags
+// the Python handler lets through to the function as they are.
+bool off(PyObject* kwargs) {
+  Py_ssize_t pos = 0;
+  PyObject* key;
+  PyObject* value;
+  while (PyDict_Next(kwargs, &pos, &key, &value)) {
+    if (value != Py_False && value != Py_None) return false;
+  }
+  return true;
+}
+
+// The fast path's answer for a call with record (klass, codes), or nullptr: with an error
+// set on error, else the Python path.
+PyObject* fast(PyObject* record, PyObject* cls, PyObject* func, PyObject* args, PyObject* kwargs) {
+  if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) != 2) return nullptr;
+  PyObject* klass = PyTuple_GET_ITEM(record, 0);
+  PyObject* codes = PyTuple_GET_ITEM(record, 1);
+  if (!PyType_Check(klass) || !PyDict_Check(codes)) return nullptr;
+  if (args == nullptr || !PyTuple_CheckExact(args) || PyTuple_GET_SIZE(args) != 1 ||
+      (kwargs != nullptr && !PyDict_CheckExact(kwargs))) {
+    return nullptr;
+  }
+  PyObject* x = PyTuple_GET_ITEM(args, 0);
+  if (Py_TYPE(x) != reinterpret_cast<PyTypeObject*>(cls)) return nullptr;
+  PyObject* code_object = PyDict_GetItemWithError(codes, func);  // borrowed
+  if (code_object == nullptr) return nullptr;                    // (an error stays set)
+  const long code = PyLong_AsLong(code_object);
+  if (code == -1 && PyErr_Occurred()) return nullptr;
+  if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0 && !(code == kElementwise && off(kwargs))) {
+    return nullptr;
+  }
+
+  PyObject* n = PyObject_GetAttr(x, s_n);
+  if (n == nullptr) return nullptr;
+  PyObject* pair_object = PyObject_GetAttr(x, s_pair);
+  if (pair_object == nullptr) {
+    Py_DECREF(n);
+    return nullptr;
+  }
+  PyObject* out = nullptr;
+  int overflow = 0;
+  const long long size = PyLong_CheckExact(n) ? PyLong_AsLongLongAndOverflow(n, &overflow) : -1;
+  if (size >= 0 && overflow == 0 && THPVariable_CheckExact(pair_object)) {
+    const at::Tensor& pair = THPVariable_Unpack(pair_object);
+    if (pair.device().is_cpu() && pair.layout() == at::kStrided && pair.dim() == 1 &&
+        pair.numel() == 2) {
+      try {
+        if (code == kElementwise && size >= 2) {
+          out = elementwise(klass, func, kwargs, x, n, pair_object, pair);
+        } else if (code == kSum) {
+          out = whole_sum(size, pair);
+        } else if (code == kFrobenius) {
+          out = frobenius(size, pair);
+        }
+      } catch (const std::exception&) {
+        // (torch's calls above may throw: out of memory and the like) the Python path
+        // then runs the call, and raises what it raises
+        out = nullptr;
+      }
+    }
+  } else {
+    PyErr_Clear();  // (a size beyond int64: the Python path)
+  }
+  Py_DECREF(n);
+  Py_DECREF(pair_object);
+  return out;
+}
+
+PyObject* scalar_torch_function(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t argc) {
+  if (argc < 3 || argc > 5) {
+    PyErr_SetString(PyExc_TypeError,
+                    "scalar_torch_function(cls, func, types, args=(), kwargs=None)");
+    return nullptr;
+  }
+  PyObject* cls = argv[0];
+  if (!PyType_Check(cls)) return python_path(argv, argc);
+  PyObject* record = PyObject_GetAttr(cls, s_fast);
+  if (record == nullptr) return nullptr;
+  PyObject* out = fast(record, cls, argv[1], argc > 3 ? argv[3] : nullptr,
+                       argc > 4 && argv[4] != Py_None ? argv[4] : nullptr);
+  Py_DECREF(record);
+  if (out != nullptr || PyErr_Occurred()) return out;
+  return python_path(argv, argc);
+}
+
+PyMethodDef methods[] = {
+    {"scalar_torch_function", reinterpret_cast<PyCFunction>(scalar_torch_function), METH_FASTCALL,
+     "scalar_torch_function(cls, func, types, args=(), kwargs=None): "
+     "ScalarTensor.__torch_function__, with its most common calls in C."},
+    {nullptr, nullptr, 0, nullptr}};
+
+}  // namespace
+
+void add_scalar_dispatch(pybind11::module_& m) {
+  struct Name {
+    PyObject** slot;
+    const char* text;
+  };
+  for (const Name& name : {Name{&s_fast, "_fast"}, Name{&s_python_path, "_python_torch_function"},
+                           Name{&s_n, "N"}, Name{&s_pair, "_pair"}}) {
+    *name.slot = PyUnicode_InternFromString(name.text);
+    if (*name.slot == nullptr) {
+      throw pybind11::error_already_set();
+    }
+  }
+  g_empty = PyTuple_New(0);
+  if (g_empty == nullptr || PyModule_AddFunctions(m.ptr(), methods) != 0) {
+    throw pybind11::error_already_set();
+  }
+}
+
+}  // namespace tensortools::python

@@ -1,0 +1,232 @@
+"""ScalarTensor's compiled path (csrc/python/scalar_dispatch.cpp) against its Python path,
+which defines the behaviour: every function the compiled path takes, over dtypes, special
+values and sizes, gives the same result (type, dtype, shape, value bits, NaN and the sign
+of zero) or the same error; calls it leaves out reach the Python path; malformed
+instances and threads cannot make it crash or answer wrongly."""
+
+import math
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+from scalar_cases import SWEEP_DTYPES, interleaved_failures, special_values
+
+from tensortools import ScalarTensor
+from tensortools.types import scalar_handlers
+
+SIZES = [0, 1, 2, 3, 17]
+PYTHON = ScalarTensor._python_torch_function
+COMPILED = ScalarTensor.__torch_function__
+
+
+def _fast_functions(code):
+    return [f for f, c in ScalarTensor._fast[1].items() if c == code]
+
+
+def _bits(x):
+    """x's type and, for tensors (dense matrices of ScalarTensors), dtype, shape and value
+    bits: NaN as NaN, each zero with its sign."""
+    if isinstance(x, ScalarTensor):
+        return ("ScalarTensor", x.N, _bits(x._pair))
+    t = torch.view_as_real(x) if x.is_complex() else x
+    values = t.flatten().tolist()
+    if t.is_floating_point():
+        values = [(math.copysign(1, v), v) if v == v else "nan" for v in values]
+    return (type(x), x.dtype, tuple(x.shape), values)
+
+
+def _outcome(call):
+    try:
+        return _bits(call()), None
+    except Exception as err:
+        return None, type(err)
+
+
+def _sweep(funcs, dtypes, values_of=special_values, kwargs=None):
+    """Each func on each ScalarTensor (with kwargs) through both paths; returns how many
+    answered."""
+    kwargs = kwargs or {}
+    answered = 0
+    for func in funcs:
+        for dtype in dtypes:
+            for value in values_of(dtype):
+                for n in SIZES:
+                    d = ScalarTensor(n, value, dtype=dtype)
+                    # (through the protocol's entry: unbound Tensor methods refuse d)
+                    got = _outcome(lambda f=func, d=d: COMPILED(f, (ScalarTensor,), (d,), kwargs))
+                    want = _outcome(lambda f=func, d=d: PYTHON(f, (ScalarTensor,), (d,), kwargs))
+                    assert got == want, (func, dtype, value, n, got, want)
+                    answered += got[1] is None
+    return answered
+
+
+def test_the_record_lists_the_three_kinds_of_call():
+    codes = ScalarTensor._fast[1]
+    assert codes[torch.sin] == codes[torch.Tensor.abs] == scalar_handlers.FAST_ELEMENTWISE
+    assert codes[torch.sum] == codes[torch.Tensor.sum] == scalar_handlers.FAST_SUM
+    assert codes[torch.linalg.norm] == codes[torch.norm] == scalar_handlers.FAST_FROBENIUS
+    assert torch.nansum not in codes and torch.amax not in codes  # (the Python path's)
+    assert ScalarTensor._fast[0] is ScalarTensor
+
+
+@pytest.mark.slow
+def test_elementwise_functions_take_both_paths_alike():
+    funcs = _fast_functions(scalar_handlers.FAST_ELEMENTWISE)
+    assert len(funcs) > 100
+    assert _sweep(funcs, SWEEP_DTYPES) > 0
+
+
+@pytest.mark.parametrize("func", [torch.abs, torch.sin, torch.relu, F.gelu, torch.Tensor.half])
+def test_common_elementwise_functions_take_both_paths_alike(func):
+    assert _sweep([func], SWEEP_DTYPES) > 0
+
+
+@pytest.mark.parametrize(
+    "func, kwargs",
+    [
+        (F.relu, {"inplace": False}),
+        (F.hardtanh, {"inplace": False}),
+        (F.rrelu, {"training": False, "inplace": False}),
+        (torch.nan_to_num, {"nan": None}),
+        (torch.sum, {"dtype": None}),  # (the Python path's: only flags go to C)
+    ],
+)
+def test_flags_that_are_off_take_both_paths_alike(func, kwargs):
+    assert _sweep([func], SWEEP_DTYPES, kwargs=kwargs) > 0
+
+
+def test_sums_and_norms_take_both_paths_alike():
+    funcs = _fast_functions(scalar_handlers.FAST_SUM) + _fast_functions(
+        scalar_handlers.FAST_FROBENIUS
+    )
+    dtypes = [*SWEEP_DTYPES, torch.uint8, torch.int16, torch.int32, torch.uint16, torch.uint64]
+
+    def values(dtype):
+        # also totals within a factor 4 of the largest number and beyond it, and integer
+        # sums that wrap around
+        if dtype in (torch.uint8, torch.uint16, torch.uint64):
+            return [0, 1, 3, torch.iinfo(dtype).max // 3, torch.iinfo(dtype).max]
+        more = []
+        if dtype.is_floating_point or dtype.is_complex:
+            big = torch.finfo(dtype.to_real()).max
+            more = [big / 20, big / 3, big / 2, 1e-20, 3e-39]
+        elif dtype != torch.bool:
+            more = [torch.iinfo(dtype).max // 3, torch.iinfo(dtype).min]
+        return special_values(dtype) + more
+
+    assert _sweep(funcs, dtypes, values) > 0
+
+
+def test_common_calls_do_not_reach_the_python_path(monkeypatch):
+    reached = []
+
+    def counting(cls, func, types, args=(), kwargs=None):
+        reached.append(func)
+        return PYTHON(func, types, args, kwargs)
+
+    monkeypatch.setattr(ScalarTensor, "_python_torch_function", classmethod(counting))
+    d = ScalarTensor(1000, -0.75)
+    for call in (torch.abs, torch.sin, torch.sum, torch.linalg.norm, torch.neg, F.relu):
+        assert call(d) is not None
+    assert [d.abs(), d.sum(), -d, d.norm()]
+    assert reached == []
+    # what it leaves out: further arguments, N <= 1, a result that is not diagonal
+    torch.sum(d, 0)
+    torch.abs(ScalarTensor(1, 2.0))
+    torch.cos(d)
+    assert reached == [torch.sum, torch.abs, torch.cos]
+
+
+def test_a_subclass_handler_takes_the_python_path():
+    class Mine(ScalarTensor):
+        pass
+
+    @Mine.implements(torch.abs)
+    def _abs(input):
+        return "mine"
+
+    m = Mine(3, -2.0)
+    assert torch.abs(m) == "mine" and torch.sin(m).value == pytest.approx(math.sin(-2.0))
+    assert type(torch.sin(m)) is ScalarTensor  # (structured results are ScalarTensors)
+    assert torch.abs not in Mine._fast[1] and torch.sin in Mine._fast[1]
+    assert ScalarTensor._fast[1][torch.abs] == scalar_handlers.FAST_ELEMENTWISE
+
+
+def test_malformed_instances_get_the_python_paths_answer():
+    # N and _pair set by hand to what no constructor makes: the compiled path must not read
+    # past a pair or trust a size; each call gives what the Python path gives
+    pairs = [
+        torch.tensor([1.0, 0.0, 5.0]),
+        torch.tensor([[1.0, 0.0]]),
+        torch.tensor([1.0, 0.0, 2.0, 0.0])[::2],  # (strided: its entries 1 and 2)
+        torch.tensor([2.0, 0.0], dtype=torch.float8_e4m3fn),
+        torch.tensor([3, 0], dtype=torch.uint32),
+        torch.tensor([2.0, 0.0], device="meta"),
+        torch.tensor([2.0, 0.0]).to_sparse(),
+        torch.tensor([2.0, 0.0]).as_subclass(type("Sub", (torch.Tensor,), {})),
+        "not a tensor",
+    ]
+    sizes = [3, 2**63, 2**70, -1, True, 3.0, "3"]
+    for pair in pairs:
+        for n in sizes:
+            d = ScalarTensor._from_pair(n, pair)
+            for func in (torch.abs, torch.sum, torch.linalg.norm):
+                got = _outcome(lambda f=func, d=d: f(d))
+                want = _outcome(lambda f=func, d=d: PYTHON(f, (ScalarTensor,), (d,), {}))
+                assert got[1] == want[1], (pair, n, func, got, want)
+                if got[1] is None:
+                    assert got == want, (pair, n, func)
+
+
+def test_hostile_instances_do_not_crash_the_process():
+    code = textwrap.dedent(
+        """
+        import torch
+        from tensortools import ScalarTensor
+        for pair in (torch.empty(0), torch.empty(2**20)[::2**19], torch.tensor([1.0, 0.0]).T):
+            for n in (2, 2**62, -2**62):
+                d = ScalarTensor._from_pair(n, pair)
+                for f in (torch.abs, torch.sum, torch.linalg.norm, torch.exp):
+                    try:
+                        f(d)
+                    except Exception:
+                        pass
+        d = ScalarTensor(3, 1.0)
+        del d._pair
+        for f in (torch.abs, torch.sum):
+            try:
+                f(d)
+            except Exception:
+                pass
+        ScalarTensor._fast = ("not a record", 1)
+        assert torch.abs(ScalarTensor(3, -1.0)).value == 1.0
+        ScalarTensor._fast = (int, {torch.abs: 99})
+        assert torch.abs(ScalarTensor(3, -1.0)).value == 1.0
+        print("survived")
+        """
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "survived" in run.stdout, run.stderr[-2000:]
+
+
+def test_threads_interleaving_compiled_and_python_calls():
+    d = ScalarTensor(64, -1.25)
+    dense = d.tensor()
+    calls = {
+        "abs": (lambda: torch.abs(d), torch.abs(dense)),
+        "sin": (lambda: torch.sin(d), torch.sin(dense)),
+        "sum": (lambda: torch.sum(d), torch.sum(dense)),
+        "norm": (lambda: torch.linalg.norm(d), torch.linalg.norm(dense)),
+        "sum dim": (lambda: torch.sum(d, 0), torch.sum(dense, 0)),
+        "cos": (lambda: torch.cos(d), torch.cos(dense)),
+        "relu": (lambda: F.relu(d), F.relu(dense)),
+    }
+
+    def same(got, want):
+        got = got.tensor() if isinstance(got, ScalarTensor) else got
+        return got.dtype == want.dtype and torch.allclose(got, want)
+
+    assert not interleaved_failures(calls, 200, same)
