@@ -4,6 +4,7 @@ values and sizes, gives the same result (type, dtype, shape, value bits, NaN and
 of zero) or the same error; calls it leaves out reach the Python path; malformed
 instances and threads cannot make it crash or answer wrongly."""
 
+import contextlib
 import math
 import subprocess
 import sys
@@ -45,22 +46,97 @@ def _outcome(call):
         return None, type(err)
 
 
-def _sweep(funcs, dtypes, values_of=special_values, kwargs=None):
-    """Each func on each ScalarTensor (with kwargs) through both paths; returns how many
-    answered."""
+def _through(path, func, n, value, dtype, args, kwargs):
+    """func(d, *args, **kwargs) through one path (the protocol's entry: unbound Tensor
+    methods refuse d), on a new d."""
+    d = ScalarTensor(n, value, dtype=dtype)
+    return path(func, (ScalarTensor,), (d, *args), dict(kwargs))
+
+
+def _sweep(funcs, dtypes, values_of=special_values, kwargs=None, args=(), sizes=SIZES):
+    """Each func on each ScalarTensor (with args and kwargs) through both paths, each on
+    an instance of its own (an in-place call changes it); returns how many answered."""
     kwargs = kwargs or {}
     answered = 0
     for func in funcs:
         for dtype in dtypes:
             for value in values_of(dtype):
-                for n in SIZES:
-                    d = ScalarTensor(n, value, dtype=dtype)
-                    # (through the protocol's entry: unbound Tensor methods refuse d)
-                    got = _outcome(lambda f=func, d=d: COMPILED(f, (ScalarTensor,), (d,), kwargs))
-                    want = _outcome(lambda f=func, d=d: PYTHON(f, (ScalarTensor,), (d,), kwargs))
-                    assert got == want, (func, dtype, value, n, got, want)
+                for n in sizes:
+                    got, want = (
+                        _outcome(lambda p=path: _through(p, func, n, value, dtype, args, kwargs))
+                        for path in (COMPILED, PYTHON)
+                    )
+                    assert got == want, (func, dtype, value, n, args, kwargs, got, want)
                     answered += got[1] is None
     return answered
+
+
+#: Numbers as further arguments: zero, ordinary, a float that float32 holds only as 0 and
+#: one that float16 holds only as infinity (both left to the dense call), an int beyond
+#: int64, inf, NaN, and what is not a number (None, False, True, a string).
+NUMBERS = [0, -0.0, 1, -1, 0.5, 2, 3e-39, 1e-50, 70000.0, 2**70, math.inf, math.nan]
+NUMBERS += [None, False, True, "floor"]
+#: Functions of d and numbers, each with where its numbers go.
+WITH_NUMBERS = {
+    torch.gt: lambda x: ((x,), {}),
+    torch.Tensor.__le__: lambda x: ((x,), {}),
+    torch.eq: lambda x: ((), {"other": x}),
+    torch.clamp: lambda x: ((x, 1.5), {}),
+    torch.clamp_max: lambda x: ((x,), {}),
+    torch.pow: lambda x: ((x,), {}),
+    torch.Tensor.__pow__: lambda x: ((x,), {}),
+    torch.float_power: lambda x: ((x,), {}),
+    torch.remainder: lambda x: ((x,), {}),
+    torch.fmod: lambda x: ((x,), {}),
+    torch.floor_divide: lambda x: ((x,), {}),
+    torch.xlogy: lambda x: ((x,), {}),
+    torch.copysign: lambda x: ((x,), {}),
+    torch.bitwise_and: lambda x: ((x,), {}),
+    torch.special.xlog1py: lambda x: ((x,), {}),
+    torch.round: lambda x: ((), {"decimals": x}),
+    torch.nan_to_num: lambda x: ((), {"nan": x, "posinf": x}),
+    F.leaky_relu: lambda x: ((), {"negative_slope": x, "inplace": False}),
+    F.hardtanh: lambda x: ((), {"min_val": x, "max_val": 2.0}),
+    F.threshold: lambda x: ((x, 0.5), {}),  # (positional: the Python path's)
+    F.elu: lambda x: ((), {"alpha": x, "inplace": x}),  # (a flag that may be set)
+    F.softshrink: lambda x: ((), {"lambd": x}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("func", list(WITH_NUMBERS), ids=lambda f: f.__name__)
+def test_calls_with_numbers_take_both_paths_alike(func):
+    answered = 0
+    for x in NUMBERS:
+        args, kwargs = WITH_NUMBERS[func](x)
+        answered += _sweep([func], SWEEP_DTYPES, kwargs=kwargs, args=args, sizes=[0, 1, 3])
+    assert answered > 0
+
+
+def test_a_set_flag_goes_to_the_python_path(monkeypatch):
+    # the C path runs the function on d's own pair: a set inplace (or training) flag is
+    # for the Python path's in-place rules, which change d as the dense call changes
+    # its matrix
+    reached = []
+
+    def counting(cls, func, types, args=(), kwargs=None):
+        reached.append(func)
+        return PYTHON(func, types, args, kwargs)
+
+    monkeypatch.setattr(ScalarTensor, "_python_torch_function", classmethod(counting))
+    for flag in (True, 1, 2.0, "yes"):
+        d = ScalarTensor(3, -0.5)
+        assert F.leaky_relu(d, 0.5, inplace=flag) is d and d.value == -0.25
+        d = ScalarTensor(3, -0.5)
+        assert F.hardtanh(d, -0.1, 1.0, flag) is d and d.value == -0.1
+        d = ScalarTensor(3, -0.5)
+        with contextlib.suppress(TypeError):  # (the dense rrelu takes only a bool)
+            F.rrelu(d, 0.1, 0.3, training=flag)
+        assert reached == [F.leaky_relu, F.hardtanh, F.rrelu], flag
+        reached.clear()
+    d = ScalarTensor(3, -0.5)
+    assert F.leaky_relu(d, 0.5).value == -0.25 and F.rrelu(d, training=False).value < 0
+    assert reached == [] and d.value == -0.5
 
 
 def test_the_record_lists_the_three_kinds_of_call():

@@ -1,14 +1,17 @@
 // ScalarTensor.__torch_function__ in C for its most common calls, which the Python path
 // answers in a few µs but wraps in several more of table lookups and checks:
-//   1  an elementwise function of one ScalarTensor alone, with no other arguments than
-//      flags that are False or None (torch.abs(d), torch.sin(d), d.relu(), F.relu(d),
-//      which passes inplace=False, -d): the function on the pair [value, 0], structured
-//      when the second entry stays 0 (scalar_elementwise, and neg in scalar_handlers);
+//   1  (4 for one with the flags inplace or training, which must be False or None and
+//      passed by keyword, as torch's functional forms pass them)
+//      an elementwise function of one ScalarTensor, with no other arguments than numbers,
+//      None and False (torch.abs(d), torch.sin(d), d.relu(), F.relu(d), which passes
+//      inplace=False, -d, d > 0, torch.clamp(d, -1, 1), d ** 2): the function on the pair
+//      [value, 0], structured when the second entry stays 0 (scalar_elementwise, and neg
+//      in scalar_handlers);
 //   2  the whole matrix's sum, torch.sum(d) / d.sum() (scalar_handlers._sum);
 //   3  its Frobenius norm, torch.linalg.norm(d) / torch.norm(d) / d.norm() and
 //      vector_norm / matrix_norm without arguments (scalar_reductions._frobenius).
 // Each does what the Python handler registered for the call does. Every other call, and
-// every case these leave out (further arguments, N <= 1 or beyond int64, a device other
+// every case these leave out (other arguments, N <= 1 or beyond int64, a device other
 // than the CPU, a dtype not listed in `entry`, a result whose off-diagonal entry is not 0,
 // a sum near the dtype's largest number, any error), goes to the class's Python path
 // (cls._python_torch_function), which defines the behaviour: tests run both paths over
@@ -18,7 +21,7 @@
 // tensortools/types/scalar_tensor.py whenever a handler is registered):
 //   (result_class, codes)
 //   result_class  the class structured results are made of (ScalarTensor)
-//   codes         dict func -> 1, 2 or 3 above, holding only the functions whose table
+//   codes         dict func -> 1, 2, 3 or 4 above, holding only the functions whose table
 //                 entry is the Python handler the code mirrors (a subclass that registers
 //                 its own handler for one takes the Python path for it)
 #include "scalar_dispatch.h"
@@ -43,7 +46,10 @@ PyObject* s_n = nullptr;            // "N"
 PyObject* s_pair = nullptr;         // "_pair"
 PyObject* g_empty = nullptr;
 
-enum Code : long { kElementwise = 1, kSum = 2, kFrobenius = 3 };
+enum Code : long { kElementwise = 1, kSum = 2, kFrobenius = 3, kFlagged = 4 };
+
+// The most positional arguments a call on this path may have (clamp(d, min, max) has 3).
+constexpr Py_ssize_t kMostArguments = 8;
 
 PyObject* python_path(PyObject* const* argv, Py_ssize_t argc) {
   return PyObject_VectorcallMethod(s_python_path, argv, argc, nullptr);  // cls.<name>(...)
@@ -137,13 +143,17 @@ PyObject* number(const c10::Scalar& number, const at::TensorOptions& options) {
   return THPVariable_Wrap(std::move(t));
 }
 
-// Code 1 (scalar_elementwise's handler): func on the pair (with the call's keyword
-// arguments, each False or None); the ScalarTensor x itself where
-// func returns the pair as it is (x.float() of a float32 x). nullptr without an error set:
-// the Python path.
-PyObject* elementwise(PyObject* klass, PyObject* func, PyObject* kwargs, PyObject* x, PyObject* n,
-                      PyObject* pair_object, const at::Tensor& pair) {
-  PyObject* result = PyObject_VectorcallDict(func, &pair_object, 1, kwargs);
+// Code 1 (scalar_elementwise's handler): func on the pair, with the call's further
+// arguments (each one that `passes`); the ScalarTensor x itself where func returns the
+// pair as it is (x.float() of a float32 x). nullptr without an error set: the Python path.
+PyObject* elementwise(PyObject* klass, PyObject* func, PyObject* args, PyObject* kwargs,
+                      PyObject* n, PyObject* pair_object, const at::Tensor& pair) {
+  PyObject* x = PyTuple_GET_ITEM(args, 0);
+  PyObject* argv[kMostArguments];
+  const Py_ssize_t argc = PyTuple_GET_SIZE(args);
+  argv[0] = pair_object;
+  for (Py_ssize_t i = 1; i < argc; ++i) argv[i] = PyTuple_GET_ITEM(args, i);
+  PyObject* result = PyObject_VectorcallDict(func, argv, argc, kwargs);
   if (result == nullptr) {
     PyErr_Clear();  // (the Python path runs the call again and raises what it raises)
     return nullptr;
@@ -224,14 +234,70 @@ PyObject* frobenius(int64_t n, const at::Tensor& pair) {
   return number(std::sqrt(static_cast<double>(n)) * a, options);
 }
 
-// Whether every keyword argument is False or None (F.relu(d) passes inplace=False): flags
-// the Python handler lets through to the function as they are.
-bool off(PyObject* kwargs) {
-  Py_ssize_t pos = 0;
-  PyObject* key;
-  PyObject* value;
-  while (PyDict_Next(kwargs, &pos, &key, &value)) {
-    if (value != Py_False && value != Py_None) return false;
+// scalar_elementwise._setting for a number the call passes on: 1 where the Python handler
+// passes it to the function as it is, 0 where it does not (a nonzero finite number that
+// the result's floating dtype holds only as 0 or infinity: the dense call decides there)
+// or where this file does not decide (an int beyond int64, a dtype `limits` lacks).
+int number_passes(PyObject* x, const at::Tensor& pair) {
+  c10::Scalar scalar;
+  double magnitude;
+  if (PyLong_CheckExact(x)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(x, &overflow);
+    if (overflow != 0 || (v == -1 && PyErr_Occurred())) {
+      PyErr_Clear();
+      return 0;
+    }
+    if (v == 0) return 1;
+    scalar = c10::Scalar(static_cast<int64_t>(v));
+    magnitude = std::fabs(static_cast<double>(v));
+  } else {  // an exact float
+    const double v = PyFloat_AS_DOUBLE(x);
+    if (v == 0 || !std::isfinite(v)) return 1;
+    scalar = c10::Scalar(v);
+    magnitude = std::fabs(v);
+  }
+  at::ScalarType dtype = c10::toRealValueType(at::result_type(pair, scalar));
+  if (!c10::isFloatingType(dtype)) return 1;
+  if (dtype != at::kHalf && dtype != at::kBFloat16 && dtype != at::kFloat && dtype != at::kDouble) {
+    return 0;
+  }
+  double largest, tiny;
+  limits(dtype, &largest, &tiny);
+  return tiny <= magnitude && magnitude <= largest ? 1 : 0;
+}
+
+// Whether an elementwise call's further argument is one the Python handler passes to the
+// function as it is and this file can tell so: an int or a float (see number_passes),
+// None, or False. (True is left to the Python path, which reads the flags inplace and
+// training; so are strings, dtypes, tensors and other ScalarTensors.)
+bool passes(PyObject* x, const at::Tensor& pair) {
+  if (x == Py_None || x == Py_False) return true;
+  if (PyLong_CheckExact(x) || PyFloat_CheckExact(x)) return number_passes(x, pair) == 1;
+  return false;
+}
+
+// Whether every argument after the first, positional or keyword, passes. For a function
+// with flags (code 4: inplace, training), only keyword arguments, and those flags only
+// where they are False or None (the Python handler leaves a set flag to the in-place
+// rules; torch's functional forms pass their flags by keyword).
+bool all_pass(PyObject* args, PyObject* kwargs, const at::Tensor& pair, bool flagged) {
+  if (flagged && PyTuple_GET_SIZE(args) > 1) return false;
+  for (Py_ssize_t i = 1; i < PyTuple_GET_SIZE(args); ++i) {
+    if (!passes(PyTuple_GET_ITEM(args, i), pair)) return false;
+  }
+  if (kwargs != nullptr) {
+    Py_ssize_t pos = 0;
+    PyObject* key;
+    PyObject* value;
+    while (PyDict_Next(kwargs, &pos, &key, &value)) {
+      if (flagged && value != Py_False && value != Py_None &&
+          (!PyUnicode_Check(key) || PyUnicode_CompareWithASCIIString(key, "inplace") == 0 ||
+           PyUnicode_CompareWithASCIIString(key, "training") == 0)) {
+        return false;
+      }
+      if (!passes(value, pair)) return false;
+    }
   }
   return true;
 }
@@ -243,7 +309,8 @@ PyObject* fast(PyObject* record, PyObject* cls, PyObject* func, PyObject* args, 
   PyObject* klass = PyTuple_GET_ITEM(record, 0);
   PyObject* codes = PyTuple_GET_ITEM(record, 1);
   if (!PyType_Check(klass) || !PyDict_Check(codes)) return nullptr;
-  if (args == nullptr || !PyTuple_CheckExact(args) || PyTuple_GET_SIZE(args) != 1 ||
+  if (args == nullptr || !PyTuple_CheckExact(args) || PyTuple_GET_SIZE(args) < 1 ||
+      PyTuple_GET_SIZE(args) > kMostArguments ||
       (kwargs != nullptr && !PyDict_CheckExact(kwargs))) {
     return nullptr;
   }
@@ -253,9 +320,9 @@ PyObject* fast(PyObject* record, PyObject* cls, PyObject* func, PyObject* args, 
   if (code_object == nullptr) return nullptr;                    // (an error stays set)
   const long code = PyLong_AsLong(code_object);
   if (code == -1 && PyErr_Occurred()) return nullptr;
-  if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0 && !(code == kElementwise && off(kwargs))) {
-    return nullptr;
-  }
+  const bool further =
+      PyTuple_GET_SIZE(args) > 1 || (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0);
+  if (further && code != kElementwise && code != kFlagged) return nullptr;
 
   PyObject* n = PyObject_GetAttr(x, s_n);
   if (n == nullptr) return nullptr;
@@ -272,8 +339,9 @@ PyObject* fast(PyObject* record, PyObject* cls, PyObject* func, PyObject* args, 
     if (pair.device().is_cpu() && pair.layout() == at::kStrided && pair.dim() == 1 &&
         pair.numel() == 2) {
       try {
-        if (code == kElementwise && size >= 2) {
-          out = elementwise(klass, func, kwargs, x, n, pair_object, pair);
+        if ((code == kElementwise || code == kFlagged) && size >= 2 &&
+            (!further || all_pass(args, kwargs, pair, code == kFlagged))) {
+          out = elementwise(klass, func, args, kwargs, n, pair_object, pair);
         } else if (code == kSum) {
           out = whole_sum(size, pair);
         } else if (code == kFrobenius) {

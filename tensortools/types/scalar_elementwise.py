@@ -25,6 +25,7 @@ from torch import Tensor
 
 from tensortools.types.scalar_handlers import (
     FAST_ELEMENTWISE,
+    FAST_FLAGGED,
     _from_probe,
     _plain_operand,
     _probe,
@@ -184,4 +185,5 @@ def _small(func: Callable, d: ScalarTensor, args: tuple, kwargs: dict) -> Any:
 
 
 for _func in ELEMENTWISE:
-    _structured(_func, fast=FAST_ELEMENTWISE)(_elementwise(_func))
+    _fast = FAST_FLAGGED if _flags(_func) else FAST_ELEMENTWISE
+    _structured(_func, fast=_fast)(_elementwise(_func))

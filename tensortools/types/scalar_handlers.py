@@ -51,8 +51,9 @@ def scale_finite(input: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
 
 
 #: The calls csrc/python/scalar_dispatch.cpp answers in C as the handler registered with
-#: the code does: an elementwise function of d alone, the whole sum, the Frobenius norm.
-FAST_ELEMENTWISE, FAST_SUM, FAST_FROBENIUS = 1, 2, 3
+#: the code does: an elementwise function of d and numbers (FAST_FLAGGED: one with the
+#: flags inplace or training), the whole sum, the Frobenius norm.
+FAST_ELEMENTWISE, FAST_SUM, FAST_FROBENIUS, FAST_FLAGGED = 1, 2, 3, 4
 
 
 def _structured(*funcs: Callable, fast: int = 0) -> Callable[[Callable], Callable]:
