@@ -113,17 +113,10 @@ def test_calls_with_numbers_take_both_paths_alike(func):
     assert answered > 0
 
 
-def test_a_set_flag_goes_to_the_python_path(monkeypatch):
+def test_a_set_flag_goes_to_the_python_path(reached):
     # the C path runs the function on d's own pair: a set inplace (or training) flag is
     # for the Python path's in-place rules, which change d as the dense call changes
     # its matrix
-    reached = []
-
-    def counting(cls, func, types, args=(), kwargs=None):
-        reached.append(func)
-        return PYTHON(func, types, args, kwargs)
-
-    monkeypatch.setattr(ScalarTensor, "_python_torch_function", classmethod(counting))
     for flag in (True, 1, 2.0, "yes"):
         d = ScalarTensor(3, -0.5)
         assert F.leaky_relu(d, 0.5, inplace=flag) is d and d.value == -0.25
@@ -137,6 +130,19 @@ def test_a_set_flag_goes_to_the_python_path(monkeypatch):
     d = ScalarTensor(3, -0.5)
     assert F.leaky_relu(d, 0.5).value == -0.25 and F.rrelu(d, training=False).value < 0
     assert reached == [] and d.value == -0.5
+
+
+@pytest.fixture
+def reached(monkeypatch):
+    """The functions whose calls reach the Python path, in order."""
+    calls = []
+
+    def counting(cls, func, types, args=(), kwargs=None):
+        calls.append(func)
+        return PYTHON(func, types, args, kwargs)
+
+    monkeypatch.setattr(ScalarTensor, "_python_torch_function", classmethod(counting))
+    return calls
 
 
 def test_the_record_lists_the_three_kinds_of_call():
@@ -196,14 +202,7 @@ def test_sums_and_norms_take_both_paths_alike():
     assert _sweep(funcs, dtypes, values) > 0
 
 
-def test_common_calls_do_not_reach_the_python_path(monkeypatch):
-    reached = []
-
-    def counting(cls, func, types, args=(), kwargs=None):
-        reached.append(func)
-        return PYTHON(func, types, args, kwargs)
-
-    monkeypatch.setattr(ScalarTensor, "_python_torch_function", classmethod(counting))
+def test_common_calls_do_not_reach_the_python_path(reached):
     d = ScalarTensor(1000, -0.75)
     for call in (torch.abs, torch.sin, torch.sum, torch.linalg.norm, torch.neg, F.relu):
         assert call(d) is not None
