@@ -5,6 +5,7 @@ of zero) or the same error; calls it leaves out reach the Python path; malformed
 instances and threads cannot make it crash or answer wrongly."""
 
 import contextlib
+import functools
 import math
 import subprocess
 import sys
@@ -27,16 +28,18 @@ def _fast_functions(code):
     return [f for f, c in ScalarTensor._fast[1].items() if c == code]
 
 
+_SAME_SIZE_INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
 def _bits(x):
-    """x's type and, for tensors (dense matrices of ScalarTensors), dtype, shape and value
-    bits: NaN as NaN, each zero with its sign."""
+    """x's type and, for tensors (the pairs of ScalarTensors), dtype, shape and the bits of
+    its values: each zero's sign, each NaN's sign and payload."""
     if isinstance(x, ScalarTensor):
         return ("ScalarTensor", x.N, _bits(x._pair))
-    t = torch.view_as_real(x) if x.is_complex() else x
-    values = t.flatten().tolist()
+    t = torch.view_as_real(x.resolve_conj().resolve_neg()) if x.is_complex() else x
     if t.is_floating_point():
-        values = [(math.copysign(1, v), v) if v == v else "nan" for v in values]
-    return (type(x), x.dtype, tuple(x.shape), values)
+        t = t.contiguous().view(_SAME_SIZE_INT[t.element_size()])
+    return (type(x), x.dtype, tuple(x.shape), t.flatten().tolist())
 
 
 def _outcome(call):
@@ -215,6 +218,29 @@ def test_common_calls_do_not_reach_the_python_path(reached):
     assert reached == [torch.sum, torch.abs, torch.cos]
 
 
+def test_a_handler_that_is_not_the_registered_one_takes_the_python_path():
+    # functools.wraps copies the attributes of the handler it wraps, and a handler object
+    # may be registered for another function: only the very object _structured
+    # registered, for the function it registered it for, takes the C path
+    original = ScalarTensor.handler_for(torch.sum)
+
+    class Logged(ScalarTensor):
+        pass
+
+    @Logged.implements(torch.sum)
+    @functools.wraps(original)
+    def logged_sum(*args, **kwargs):
+        return torch.tensor(-1.0)
+
+    class Swapped(ScalarTensor):
+        pass
+
+    Swapped.implements(torch.abs)(ScalarTensor.handler_for(torch.neg))
+    assert torch.sum(Logged(3, -2.0)).item() == -1.0
+    assert torch.abs(Swapped(3, 2.0)).value == -2.0
+    assert torch.sum not in Logged._fast[1] and torch.abs not in Swapped._fast[1]
+
+
 def test_a_subclass_handler_takes_the_python_path():
     class Mine(ScalarTensor):
         pass
@@ -242,6 +268,14 @@ def test_malformed_instances_get_the_python_paths_answer():
         torch.tensor([2.0, 0.0], device="meta"),
         torch.tensor([2.0, 0.0]).to_sparse(),
         torch.tensor([2.0, 0.0]).as_subclass(type("Sub", (torch.Tensor,), {})),
+        # memory that holds another number than the tensor: a lazy conjugate or
+        # negation, a bool stored as the byte 2
+        torch.tensor([1.5 + 2j, 0]).conj(),
+        torch.tensor([1.5 + 2j, 0]).conj().imag,
+        torch.tensor([2, 0], dtype=torch.uint8).view(torch.bool),
+        torch.tensor([255, 0], dtype=torch.uint8).view(torch.bool),
+        # a NaN with its sign bit set (the dense norm keeps it, Python's abs clears it)
+        -torch.tensor([math.nan, 0.0]).abs(),
         "not a tensor",
     ]
     sizes = [3, 2**63, 2**70, -1, True, 3.0, "3"]

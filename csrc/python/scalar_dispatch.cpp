@@ -8,8 +8,9 @@
 //      [value, 0], structured when the second entry stays 0 (scalar_elementwise, and neg
 //      in scalar_handlers);
 //   2  the whole matrix's sum, torch.sum(d) / d.sum() (scalar_handlers._sum);
-//   3  its Frobenius norm, torch.linalg.norm(d) / torch.norm(d) / d.norm() and
-//      vector_norm / matrix_norm without arguments (scalar_reductions._frobenius).
+//   3  its Frobenius norm, torch.linalg.norm(d) / d.norm() and vector_norm / matrix_norm
+//      without arguments (scalar_reductions._frobenius; torch.norm(d) passes its
+//      defaults by keyword, and takes the Python path).
 // Each does what the Python handler registered for the call does. Every other call, and
 // every case these leave out (other arguments, N <= 1 or beyond int64, a device other
 // than the CPU, a dtype not listed in `entry`, a result whose off-diagonal entry is not 0,
@@ -69,7 +70,8 @@ void read(const T& x, std::complex<double>* value, int64_t* integer) {
 
 // An entry of a 1-D CPU tensor, for the dtypes the fast path takes: as a complex double
 // (floating and complex dtypes; bool and integers too, as doubles) and, for bool and the
-// integer dtypes, exactly as an int64 in *integer. false for any other dtype.
+// integer dtypes, exactly as an int64 in *integer. false for any other dtype, and for a
+// tensor with its conjugate or negative bit set (its memory holds the other number).
 bool entry(const at::Tensor& t, int64_t i, std::complex<double>* value, int64_t* integer) {
   switch (t.scalar_type()) {
     case at::kBool:
@@ -88,9 +90,16 @@ bool entry(const at::Tensor& t, int64_t i, std::complex<double>* value, int64_t*
     default:
       return false;
   }
+  if (t.is_conj() || t.is_neg()) return false;  // (a lazy conjugate or negation: not read)
   const int64_t offset = i * t.stride(0);
-  AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND3(
-      at::kHalf, at::kBFloat16, at::kBool, t.scalar_type(), "scalar_dispatch_entry",
+  if (t.scalar_type() == at::kBool) {
+    // a bool's byte as torch reads it: any nonzero byte is True (1)
+    *integer = t.const_data_ptr<uint8_t>()[offset] != 0 ? 1 : 0;
+    *value = static_cast<double>(*integer);
+    return true;
+  }
+  AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND2(
+      at::kHalf, at::kBFloat16, t.scalar_type(), "scalar_dispatch_entry",
       [&] { read(t.const_data_ptr<scalar_t>()[offset], value, integer); });
   return true;
 }
@@ -223,6 +232,7 @@ PyObject* frobenius(int64_t n, const at::Tensor& pair) {
   if (std::isinf(a) && std::isfinite(v.real()) && std::isfinite(v.imag())) {
     return nullptr;  // (a modulus beyond double: the Python path's OverflowError)
   }
+  if (std::isnan(a)) return nullptr;  // (which NaN, its sign and payload: Python's abs)
   const auto options = pair.options().dtype(c10::toRealValueType(dtype));
   if (n == 0 || a == 0 || !std::isfinite(a)) return number(n ? a : 0.0, options);
   double largest, tiny;

@@ -69,9 +69,13 @@ def _structured(*funcs: Callable, fast: int = 0) -> Callable[[Callable], Callabl
                 return NotImplemented
             return handler(*args, **kwargs)
 
-        if fast:
-            without_out._fast_code = fast
         ScalarTensor.implements(*funcs)(without_out)
+        if fast:  # (funcs and their aliases, each with this very handler object)
+            own = ScalarTensor._own_handlers.items()
+            ScalarTensor._fast_handlers.update(
+                {f: (without_out, fast) for f, h in own if h is without_out}
+            )
+            ScalarTensor._on_table_change()
         return handler
 
     return register

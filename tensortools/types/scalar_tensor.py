@@ -54,9 +54,11 @@ class ScalarTensor(TensorLike):
     # alone, the whole sum and the Frobenius norm as their Python handlers do, and hands
     # every other call (and every case it leaves out) to _python_torch_function, which
     # defines the behaviour. It reads one record per class, _fast = (result class, {func:
-    # code}), listing the functions whose table entry is a handler with a _fast_code
-    # (scalar_handlers._structured(..., fast=code)); _on_table_change recomputes it.
+    # code}), listing the functions whose table entry is the very handler registered
+    # with a code (scalar_handlers._structured(..., fast=code), which notes it in
+    # _fast_handlers: func -> (handler, code)); _on_table_change recomputes it.
     _fast: ClassVar[tuple] = (None, {})
+    _fast_handlers: ClassVar[dict] = {}
     _python_torch_function = TorchFunctionTable.__dict__["__torch_function__"]
 
     @classmethod
@@ -68,7 +70,11 @@ class ScalarTensor(TensorLike):
 
     @classmethod
     def _on_table_change(cls) -> None:
-        codes = {f: h._fast_code for f, h in cls._handlers.items() if hasattr(h, "_fast_code")}
+        codes = {
+            f: code
+            for f, (handler, code) in cls._fast_handlers.items()
+            if cls._handlers.get(f) is handler
+        }
         # (structured results are ScalarTensors, also for a subclass's calls)
         cls._fast = (globals().get("ScalarTensor", cls), codes)
 
