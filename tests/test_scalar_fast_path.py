@@ -153,11 +153,13 @@ def test_the_record_lists_the_three_kinds_of_call():
     assert codes[torch.sin] == codes[torch.Tensor.abs] == scalar_handlers.FAST_ELEMENTWISE
     assert codes[torch.sum] == codes[torch.Tensor.sum] == scalar_handlers.FAST_SUM
     assert codes[torch.linalg.norm] == codes[torch.norm] == scalar_handlers.FAST_FROBENIUS
+    assert codes[torch.linalg.svdvals] == scalar_handlers.FAST_SVDVALS
     assert torch.nansum not in codes and torch.amax not in codes  # (the Python path's)
     assert ScalarTensor._fast[0] is ScalarTensor
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Casting complex values to real")  # (d.float(): dense too)
 def test_elementwise_functions_take_both_paths_alike():
     funcs = _fast_functions(scalar_handlers.FAST_ELEMENTWISE)
     assert len(funcs) > 100
@@ -181,6 +183,28 @@ def test_common_elementwise_functions_take_both_paths_alike(func):
 )
 def test_flags_that_are_off_take_both_paths_alike(func, kwargs):
     assert _sweep([func], SWEEP_DTYPES, kwargs=kwargs) > 0
+
+
+def test_eigenvalues_and_singular_values_take_both_paths_alike():
+    funcs = [torch.linalg.eigvals, torch.linalg.eigvalsh, torch.linalg.svdvals]
+    assert {ScalarTensor._fast[1][f] for f in funcs} == {
+        scalar_handlers.FAST_EIGVALS,
+        scalar_handlers.FAST_EIGVALSH,
+        scalar_handlers.FAST_SVDVALS,
+    }
+
+    def values(dtype):
+        # also subnormal values (LAPACK's NaN: the dense call) and complex moduli near
+        # the range's ends
+        if not (dtype.is_floating_point or dtype.is_complex):
+            return special_values(dtype)
+        info = torch.finfo(dtype.to_real())
+        more = [info.tiny / 8, -info.tiny / 2, 3 * info.tiny, info.max / 3]
+        if dtype.is_complex:
+            more += [complex(info.max / 2, info.max / 2), complex(info.tiny, info.tiny), 1e-3j]
+        return special_values(dtype) + more
+
+    assert _sweep(funcs, SWEEP_DTYPES, values) > 0
 
 
 def test_sums_and_norms_take_both_paths_alike():
@@ -207,7 +231,17 @@ def test_sums_and_norms_take_both_paths_alike():
 
 def test_common_calls_do_not_reach_the_python_path(reached):
     d = ScalarTensor(1000, -0.75)
-    for call in (torch.abs, torch.sin, torch.sum, torch.linalg.norm, torch.neg, F.relu):
+    for call in (
+        torch.abs,
+        torch.sin,
+        torch.sum,
+        torch.linalg.norm,
+        torch.neg,
+        F.relu,
+        torch.linalg.eigvals,
+        torch.linalg.eigvalsh,
+        torch.linalg.svdvals,
+    ):
         assert call(d) is not None
     assert [d.abs(), d.sum(), -d, d.norm()]
     assert reached == []

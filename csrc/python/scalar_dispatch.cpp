@@ -10,7 +10,9 @@
 //   2  the whole matrix's sum, torch.sum(d) / d.sum() (scalar_handlers._sum);
 //   3  its Frobenius norm, torch.linalg.norm(d) / d.norm() and vector_norm / matrix_norm
 //      without arguments (scalar_reductions._frobenius; torch.norm(d) passes its
-//      defaults by keyword, and takes the Python path).
+//      defaults by keyword, and takes the Python path);
+//   5-7  torch.linalg.eigvals(d), eigvalsh(d), svdvals(d) without further arguments: N
+//      copies of a number (scalar_linalg._repeated).
 // Each does what the Python handler registered for the call does. Every other call, and
 // every case these leave out (other arguments, N <= 1 or beyond int64, a device other
 // than the CPU, a dtype not listed in `entry`, a result whose off-diagonal entry is not 0,
@@ -22,7 +24,7 @@
 // tensortools/types/scalar_tensor.py whenever a handler is registered):
 //   (result_class, codes)
 //   result_class  the class structured results are made of (ScalarTensor)
-//   codes         dict func -> 1, 2, 3 or 4 above, holding only the functions whose table
+//   codes         dict func -> one of the codes above, holding only the functions whose table
 //                 entry is the Python handler the code mirrors (a subclass that registers
 //                 its own handler for one takes the Python path for it)
 #include "scalar_dispatch.h"
@@ -47,7 +49,15 @@ PyObject* s_n = nullptr;            // "N"
 PyObject* s_pair = nullptr;         // "_pair"
 PyObject* g_empty = nullptr;
 
-enum Code : long { kElementwise = 1, kSum = 2, kFrobenius = 3, kFlagged = 4 };
+enum Code : long {
+  kElementwise = 1,
+  kSum = 2,
+  kFrobenius = 3,
+  kFlagged = 4,
+  kEigvals = 5,
+  kEigvalsh = 6,
+  kSvdvals = 7
+};
 
 // The most positional arguments a call on this path may have (clamp(d, min, max) has 3).
 constexpr Py_ssize_t kMostArguments = 8;
@@ -312,6 +322,39 @@ bool all_pass(PyObject* args, PyObject* kwargs, const at::Tensor& pair, bool fla
   return true;
 }
 
+// Codes 5-7 (scalar_linalg._repeated, for a value scalar_linalg._usable accepts): N copies
+// of the value, as complex (eigvals), of its real part (eigvalsh) or of its modulus
+// (svdvals). _usable: one of LAPACK's dtypes, N > 0, a finite value that is 0 or normal
+// (not subnormal) and, for a complex one, whose modulus lies well inside the range;
+// nullptr without an error set for any other (the Python path then leaves it to LAPACK).
+PyObject* repeated(long code, int64_t n, const at::Tensor& pair) {
+  const at::ScalarType dtype = pair.scalar_type();
+  if (n == 0 || (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kComplexFloat &&
+                 dtype != at::kComplexDouble)) {
+    return nullptr;
+  }
+  std::complex<double> v;
+  int64_t integer = 0;
+  if (!entry(pair, 0, &v, &integer) || !std::isfinite(v.real()) || !std::isfinite(v.imag())) {
+    return nullptr;
+  }
+  double largest, tiny;
+  limits(dtype, &largest, &tiny);
+  const double modulus = std::hypot(v.real(), v.imag());
+  if (modulus != 0 && modulus < tiny) return nullptr;  // (subnormal: LAPACK's NaN)
+  if (c10::isComplexType(dtype) && !in_range(modulus, largest, tiny)) return nullptr;
+  c10::Scalar number;
+  at::ScalarType out;
+  if (code == kEigvals) {
+    number = c10::complex<double>(v.real(), v.imag());
+    out = c10::toComplexType(dtype);
+  } else {
+    number = code == kEigvalsh ? v.real() : modulus;
+    out = c10::toRealValueType(dtype);
+  }
+  return THPVariable_Wrap(at::full({n}, number, pair.options().dtype(out)));
+}
+
 // The fast path's answer for a call with record (klass, codes), or nullptr: with an error
 // set on error, else the Python path.
 PyObject* fast(PyObject* record, PyObject* cls, PyObject* func, PyObject* args, PyObject* kwargs) {
@@ -356,6 +399,8 @@ PyObject* fast(PyObject* record, PyObject* cls, PyObject* func, PyObject* args, 
           out = whole_sum(size, pair);
         } else if (code == kFrobenius) {
           out = frobenius(size, pair);
+        } else if (code == kEigvals || code == kEigvalsh || code == kSvdvals) {
+          out = repeated(code, size, pair);
         }
       } catch (const std::exception&) {
         // (torch's calls above may throw: out of memory and the like) the Python path

@@ -52,8 +52,10 @@ def scale_finite(input: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
 
 #: The calls csrc/python/scalar_dispatch.cpp answers in C as the handler registered with
 #: the code does: an elementwise function of d and numbers (FAST_FLAGGED: one with the
-#: flags inplace or training), the whole sum, the Frobenius norm.
+#: flags inplace or training), the whole sum, the Frobenius norm, and eigvals, eigvalsh and
+#: svdvals without further arguments.
 FAST_ELEMENTWISE, FAST_SUM, FAST_FROBENIUS, FAST_FLAGGED = 1, 2, 3, 4
+FAST_EIGVALS, FAST_EIGVALSH, FAST_SVDVALS = 5, 6, 7
 
 
 def _structured(*funcs: Callable, fast: int = 0) -> Callable[[Callable], Callable]:

@@ -22,6 +22,9 @@ from torch import Tensor
 
 from tensortools.types.scalar_handlers import (
     _LAPACK_DTYPES,
+    FAST_EIGVALS,
+    FAST_EIGVALSH,
+    FAST_SVDVALS,
     _lapack_safe,
     _structured,
     finite,
@@ -199,13 +202,16 @@ def _repeated(func: Callable, number: Callable[[Any], Any], dtype: Callable) -> 
 
 # value * I has N eigenvalues value (complex, as eigvals gives them; eigvalsh reads the
 # real part of the diagonal, as LAPACK's Hermitian routines do) and N singular values |value|
-_structured(torch.linalg.eigvals)(
+# (their calls without further arguments are answered in C too: scalar_dispatch.cpp)
+_structured(torch.linalg.eigvals, fast=FAST_EIGVALS)(
     _repeated(torch.linalg.eigvals, complex, lambda t: t.to_complex())
 )
-_structured(torch.linalg.eigvalsh)(
+_structured(torch.linalg.eigvalsh, fast=FAST_EIGVALSH)(
     _repeated(torch.linalg.eigvalsh, lambda v: v.real, lambda t: t.to_real())
 )
-_structured(torch.linalg.svdvals)(_repeated(torch.linalg.svdvals, abs, lambda t: t.to_real()))
+_structured(torch.linalg.svdvals, fast=FAST_SVDVALS)(
+    _repeated(torch.linalg.svdvals, abs, lambda t: t.to_real())
+)
 
 
 @_structured(torch.linalg.cholesky)
