@@ -243,7 +243,9 @@ def test_common_calls_do_not_reach_the_python_path(reached):
         torch.linalg.svdvals,
     ):
         assert call(d) is not None
-    assert [d.abs(), d.sum(), -d, d.norm()]
+    # (results of every kind: a bool one, an integer one, a cast)
+    assert [d.abs(), d.sum(), -d, d.norm(), d > 0, d.long(), d.bool() != 0]
+    assert [torch.clamp(d, -1, 1), torch.sum(ScalarTensor(1000, True)), F.leaky_relu(d)]
     assert reached == []
     # what it leaves out: further arguments, N <= 1, a result that is not diagonal
     torch.sum(d, 0)

@@ -104,7 +104,7 @@ bool entry(const at::Tensor& t, int64_t i, std::complex<double>* value, int64_t*
   const int64_t offset = i * t.stride(0);
   if (t.scalar_type() == at::kBool) {
     // a bool's byte as torch reads it: any nonzero byte is True (1)
-    *integer = t.const_data_ptr<uint8_t>()[offset] != 0 ? 1 : 0;
+    *integer = static_cast<const uint8_t*>(t.const_data_ptr())[offset] != 0 ? 1 : 0;
     *value = static_cast<double>(*integer);
     return true;
   }
