@@ -56,9 +56,10 @@ def dispatch_rows(
     handler for neither call: both take the common path, compiled in C. MetadataTensor
     with tracking off runs the plain call alone: the cost of reaching a plain call from
     __torch_function__ with instances of a type as arguments. ScalarTensor is
-    ScalarTensor(size, 2.0): its add is structured (the matrix is never formed), its sin
-    runs on the dense matrix; for size 1, ``d + d`` on ScalarTensor(2, 2.0) is timed too
-    (as a torch.add row).
+    ScalarTensor(size, 2.0): both calls are structured (the matrix is never formed); sin
+    takes the compiled path for size 1000 and the Python one for size 1, where the pair
+    is cut to one entry; for size 1, ``d + d`` on ScalarTensor(2, 2.0) is timed too (as a
+    torch.add row).
     """
     from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs
 
@@ -74,7 +75,7 @@ def dispatch_rows(
             "MetadataTensor": MetadataTensor(x, {"k": 1}),
             "LoggingTensor (no listener)": LoggingTensor(x),
             "user TensorWrapper type": user_type._make(x),
-            "ScalarTensor": ScalarTensor(n, 2.0),  # add is structured, sin runs dense
+            "ScalarTensor": ScalarTensor(n, 2.0),  # both structured
         }
         if n != 1:
             del cases[PROTOCOL]  # computes nothing: a yardstick for the per-call cost only
