@@ -51,7 +51,8 @@ class ScalarTensor(TensorLike):
 
     # -- __torch_function__: compiled for the most common calls, in Python for the rest --
     # csrc/python/scalar_dispatch.cpp answers an elementwise function of one ScalarTensor
-    # alone, the whole sum and the Frobenius norm as their Python handlers do, and hands
+    # (alone or with numbers), the whole sum, the Frobenius norm and eigvals, eigvalsh and
+    # svdvals without arguments as their Python handlers do, and hands
     # every other call (and every case it leaves out) to _python_torch_function, which
     # defines the behaviour. It reads one record per class, _fast = (result class, {func:
     # code}), listing the functions whose table entry is the very handler registered
