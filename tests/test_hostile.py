@@ -2,11 +2,8 @@
 must not die from a signal, and every call must return or raise a TypeError, ValueError
 or RuntimeError."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from script_runs import run_script
 
 pytestmark = pytest.mark.slow  # starts processes
 
@@ -14,21 +11,7 @@ ALLOWED = {"ok", "TypeError", "ValueError", "RuntimeError", "NotImplementedError
 
 
 def test_hostile_calls_do_not_crash_the_process():
-    script = Path(__file__).with_name("hostile_calls.py")
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=script.parent,
-    )
-    assert done.returncode == 0, (
-        f"exit status {done.returncode} (negative: killed by that signal)\n"
-        f"{done.stdout}\n{done.stderr[-3000:]}"
-    )
-    lines = done.stdout.splitlines()
-    assert lines[-1] == "done", done.stdout
-    outcomes = dict(line.split(": ", 1) for line in lines[:-1])
+    outcomes = dict(line.split(": ", 1) for line in run_script("hostile_calls.py", 300))
     from hostile_calls import CALLS, SPARSE
 
     assert outcomes.keys() == CALLS.keys()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import operator
 import warnings
 
 import pytest
@@ -35,26 +36,59 @@ def _measured_abs(input):
         return Measured._make(torch.abs(input.as_subclass(torch.Tensor)))
 
 
+class Validated(MetadataTensor):
+    """A user's subclass keeping its metadata behind a validating property, stored under
+    another name (the compiled path must read and write it through the property)."""
+
+    @property
+    def metadata(self):
+        return self.__dict__["_checked"]
+
+    @metadata.setter
+    def metadata(self, value):
+        if not isinstance(value, dict):
+            raise TypeError("metadata must be a dict")
+        self.__dict__["_checked"] = dict(value, checked=True)
+
+
+class Child(MetadataTensor):
+    """A plain subclass, mixed with its parent's instances in one call."""
+
+
 @contextlib.contextmanager
-def python_path(cls):
-    """Every call on cls takes the Python path inside the block."""
-    record = cls._fast
-    cls._fast = (0, *record[1:])
+def python_path(*classes):
+    """Every call on the classes takes the Python path inside the block."""
+    records = [cls._fast for cls in classes]
+    for cls, record in zip(classes, records):
+        cls._fast = (0, *record[1:])
     try:
         yield
     finally:
-        cls._fast = record
+        for cls, record in zip(classes, records):
+            cls._fast = record
 
 
 def _maker(cls):
     if cls is MetadataTensor:
         return lambda t: MetadataTensor(t, {"k": 1})
+    if cls is Validated:
+        return lambda t: Validated(t, {"k": 1})
+    if cls is Child:  # the first tensor the parent's, the others the child's
+        made = []
+
+        def make(t):
+            made.append(t)
+            if len(made) == 1:
+                return MetadataTensor(t, {"k": 1, "parent": True})
+            return Child(t, {"k": 1, "child": len(made)})
+
+        return make
     return cls._make
 
 
-def _fresh(obj, cls):
+def _fresh(obj, cls, make=None):
     """The sample's arguments as new instances of cls (in-place calls change them)."""
-    make = _maker(cls)
+    make = make or _maker(cls)
 
     def wrap(t):
         with torch._C.DisableTorchFunctionSubclass():
@@ -69,8 +103,9 @@ def _fresh(obj, cls):
 
 def _run(cls, op, inp, args, kwargs):
     torch.default_generator.manual_seed(0)
+    make = _maker(cls)  # (one maker for the whole sample: Child's counts the tensors)
     try:
-        return op(*_fresh((inp, *args), cls), **_fresh(kwargs, cls)), None
+        return op(*_fresh((inp, *args), cls, make), **_fresh(kwargs, cls, make)), None
     except Exception as err:  # noqa: BLE001 - compared between the paths
         return None, type(err)
 
@@ -88,7 +123,7 @@ def _describe(result) -> list:
                         type(leaf).__name__,
                         leaf.dtype,
                         tuple(leaf.shape),
-                        leaf.__dict__.get("metadata"),
+                        getattr(leaf, "metadata", None),
                         plain,
                     )
                 )
@@ -123,6 +158,8 @@ CASES = {
     "MetadataTensor not tracking": (MetadataTensor, False),
     "LoggingTensor": (LoggingTensor, True),
     "user type": (Measured, True),
+    "subclass with a metadata property": (Validated, True),
+    "parent and subclass mixed": (Child, True),
 }
 
 
@@ -140,7 +177,7 @@ def test_compiled_and_python_paths_agree_on_every_op_db_sample(case):
             warnings.simplefilter("ignore")
             for name, op, inp, args, kwargs in cases:
                 fast, fast_error = _run(cls, op, inp, args, kwargs)
-                with python_path(cls):
+                with python_path(cls, MetadataTensor):
                     slow, slow_error = _run(cls, op, inp, args, kwargs)
                 if fast_error or slow_error:
                     if fast_error is not slow_error:
@@ -313,3 +350,144 @@ def test_concurrent_setters_leave_a_record_that_matches_the_settings():
         sys.setswitchinterval(old_interval)
         MetadataTensor.set_merge_policy("first")
         MetadataTensor.set_tracking(True)
+
+
+# -- metadata from every argument that carries it, results returned as they are ---------
+
+POLICIES = ["first", "union", "strict", lambda dicts: {"count": len(dicts)}]
+
+
+def _merged(policy, dicts):
+    """The reference merge of the argument dicts, in argument order."""
+    if not dicts:
+        return {}
+    if callable(policy):
+        return policy(dicts)
+    if policy == "first":
+        return dict(dicts[0])
+    merged = {}
+    for d in dicts:
+        for key, value in d.items():
+            if policy == "strict" and key in merged and merged[key] != value:
+                raise ValueError(key)
+            merged.setdefault(key, value)
+    return merged
+
+
+# (arguments of a call, as a function of parent p, child c, plain t) -> the call
+MIXED_CALLS = {
+    "add(parent, child)": lambda p, c, t: ((p, c), {}, torch.add),
+    "add(child, parent)": lambda p, c, t: ((c, p), {}, torch.add),
+    "add(input=child, other=parent)": lambda p, c, t: ((), {"input": c, "other": p}, torch.add),
+    "cat(tensors=[plain, parent, child])": lambda p, c, t: ((), {"tensors": [t, p, c]}, torch.cat),
+    "cat([child, plain, parent])": lambda p, c, t: (([c, t, p],), {}, torch.cat),
+    "stack((parent, (child,)))": lambda p, c, t: (([p, c],), {}, torch.stack),
+    "where(mask, other=parent, input=child)": lambda p, c, t: (
+        (t > 0, c),
+        {"other": p},
+        torch.where,
+    ),
+}
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=["first", "union", "strict", "callable"])
+@pytest.mark.parametrize("call", MIXED_CALLS)
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_every_policy_sees_the_metadata_of_every_class(policy, call, path):
+    """A call mixing a MetadataTensor with an instance of a subclass (and sibling
+    subclasses) merges the metadata of every carrying argument, in argument order, under
+    every policy, on both paths."""
+    parent = MetadataTensor(torch.tensor([1.0, -2.0]), {"k": 1, "parent": "p"})
+    child = Child(torch.tensor([3.0, 4.0]), {"k": 1, "child": "c"})
+    plain = torch.tensor([0.5, -0.5])
+    args, kwargs, func = MIXED_CALLS[call](parent, child, plain)
+    order = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, MetadataTensor)]
+    expected = _merged(policy, [a.metadata for a in order])
+    context = python_path(Child, MetadataTensor) if path == "python" else contextlib.nullcontext()
+    with context, MetadataTensor.merge_policy(policy):
+        result = func(*args, **kwargs)
+    assert isinstance(result, MetadataTensor)
+    assert result.metadata == expected
+
+
+@pytest.mark.parametrize("policy", ["first", "union", "strict"])
+def test_strict_policy_sees_a_parents_conflicting_metadata(policy):
+    parent = MetadataTensor(torch.ones(2), {"k": 1})
+    child = Child(torch.ones(2), {"k": 2})
+    with MetadataTensor.merge_policy(policy):
+        if policy == "strict":
+            with pytest.raises(ValueError, match="conflicting values 2 and 1"):
+                child + parent
+        else:
+            assert (child + parent).metadata == {"k": 2}
+
+
+def test_a_property_subclass_keeps_its_metadata_on_every_path():
+    v = Validated(torch.ones(3), {"k": 1})
+    assert v.metadata == {"k": 1, "checked": True} and "metadata" not in v.__dict__
+    for result in _both_paths(Validated, torch.add, v, 1):
+        assert type(result) is Validated
+        assert result.metadata == {"k": 1, "checked": True}  # (the setter ran once more)
+    for result in _both_paths(Validated, torch.max, v, dim=0):
+        assert result.values.metadata == {"k": 1, "checked": True}
+
+
+def test_a_weakly_held_result_is_left_to_its_holder():
+    """A result that only a weak reference (a cache) holds besides the call: the compiled
+    path wraps an alias, as the Python path does, and the cache's object stays plain."""
+    import weakref
+
+    store, cache = [], weakref.WeakValueDictionary()
+
+    def pop_cached(x):
+        if torch.overrides.has_torch_function((x,)):
+            return torch.overrides.handle_torch_function(pop_cached, (x,), x)
+        return store.pop()
+
+    m = MetadataTensor(torch.ones(2), {"k": 1})
+    for path in (contextlib.nullcontext(), python_path(MetadataTensor)):
+        store.append(torch.zeros(2))
+        cache["held"] = store[0]
+        with path:
+            result = pop_cached(m)
+        assert type(result) is MetadataTensor and result.metadata == {"k": 1}
+        assert type(cache["held"]) is torch.Tensor
+        assert result is not cache["held"] and result.data_ptr() == cache["held"].data_ptr()
+    # nothing holds it: the compiled path may change the new tensor itself (no alias)
+    store.append(torch.zeros(2))
+    assert type(pop_cached(m)) is MetadataTensor
+
+
+IN_PLACE = {
+    "plain.add_(m)": lambda plain, m: plain.add_(m),
+    "plain += m": lambda plain, m: operator.iadd(plain, m),
+    "plain.mul_(m)": lambda plain, m: plain.mul_(m),
+    "plain.copy_(m)": lambda plain, m: plain.copy_(m),
+    "torch.add(m, 1, out=plain)": lambda plain, m: torch.add(m, 1, out=plain),
+    "torch.mul(m, m, out=plain)": lambda plain, m: torch.mul(m, m, out=plain),
+    "torch.cat([m, m], out=plain)": lambda plain, m: torch.cat([m[:1], m[1:]], out=plain),
+    "F.relu(plain, inplace=True) + m": lambda plain, m: torch.nn.functional.relu_(plain),
+    "plain.clamp_(min=m)": lambda plain, m: plain.clamp_(min=m),
+    "torch.max(m, 0, out=(v, i))": lambda plain, m: torch.max(
+        m.unsqueeze(1), 1, out=(plain, torch.empty(2, dtype=torch.long))
+    )[0],
+}
+
+
+@pytest.mark.parametrize("kind", [MetadataTensor, LoggingTensor, Measured])
+@pytest.mark.parametrize("call", IN_PLACE)
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_in_place_on_a_plain_tensor_returns_it_itself(kind, call, path):
+    """A call that writes into a plain tensor (in place, out=) with a typed argument
+    returns that very tensor, still plain, as torch does without types; the values are
+    those of the plain computation."""
+    m = kind._make(torch.tensor([1.5, -2.0])) if kind is not MetadataTensor else None
+    m = m if m is not None else MetadataTensor(torch.tensor([1.5, -2.0]), {"k": 1})
+    plain = torch.tensor([0.25, 4.0])
+    expected_target = plain.clone()
+    expected = IN_PLACE[call](expected_target, m.as_subclass(torch.Tensor))
+    context = python_path(kind) if path == "python" else contextlib.nullcontext()
+    with context:
+        result = IN_PLACE[call](plain, m)
+    assert result is plain and type(plain) is torch.Tensor
+    assert torch.equal(plain, expected_target) and torch.equal(result, expected)

@@ -20,6 +20,12 @@
 // (cls._python_torch_function), which defines the behaviour: tests run both paths over
 // the same sweeps and compare.
 //
+// Python code can run in the middle of a call here too (an attribute read meets a str
+// subclass's __eq__ in an instance dict, a hash of func, a finalizer at any allocation), so
+// what this file uses across such a call is held by a reference of its own, and the
+// keyword arguments are the call's own copy, bound before any of it runs, as the Python
+// handler's **kwargs are.
+//
 // What it needs from a class is one record, cls._fast (a tuple, recomputed by
 // tensortools/types/scalar_tensor.py whenever a handler is registered):
 //   (result_class, codes)
@@ -367,23 +373,30 @@ PyObject* fast(PyObject* record, PyObject* cls, PyObject* func, PyObject* args, 
       (kwargs != nullptr && !PyDict_CheckExact(kwargs))) {
     return nullptr;
   }
-  PyObject* x = PyTuple_GET_ITEM(args, 0);
+  PyObject* x = PyTuple_GET_ITEM(args, 0);  // (the caller's tuple holds it)
   if (Py_TYPE(x) != reinterpret_cast<PyTypeObject*>(cls)) return nullptr;
-  PyObject* code_object = PyDict_GetItemWithError(codes, func);  // borrowed
+  PyObject* code_object = PyDict_GetItemWithError(codes, func);  // (func's __eq__ may run)
   if (code_object == nullptr) return nullptr;                    // (an error stays set)
-  const long code = PyLong_AsLong(code_object);
+  if (!PyLong_CheckExact(code_object)) return nullptr;  // (a record this file did not make)
+  const long code = PyLong_AsLong(code_object);         // (an exact int: no Python code runs)
   if (code == -1 && PyErr_Occurred()) return nullptr;
   const bool further =
       PyTuple_GET_SIZE(args) > 1 || (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0);
   if (further && code != kElementwise && code != kFlagged) return nullptr;
 
+  PyObject* own_kwargs = nullptr;  // the call's own keyword arguments (see the file comment)
+  if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) {
+    own_kwargs = PyDict_Copy(kwargs);
+    if (own_kwargs == nullptr) return nullptr;
+  }
   PyObject* n = PyObject_GetAttr(x, s_n);
-  if (n == nullptr) return nullptr;
-  PyObject* pair_object = PyObject_GetAttr(x, s_pair);
+  PyObject* pair_object = n == nullptr ? nullptr : PyObject_GetAttr(x, s_pair);
   if (pair_object == nullptr) {
-    Py_DECREF(n);
+    Py_XDECREF(n);
+    Py_XDECREF(own_kwargs);
     return nullptr;
   }
+  kwargs = own_kwargs;
   PyObject* out = nullptr;
   int overflow = 0;
   const long long size = PyLong_CheckExact(n) ? PyLong_AsLongLongAndOverflow(n, &overflow) : -1;
@@ -413,6 +426,7 @@ PyObject* fast(PyObject* record, PyObject* cls, PyObject* func, PyObject* args, 
   }
   Py_DECREF(n);
   Py_DECREF(pair_object);
+  Py_XDECREF(own_kwargs);
   return out;
 }
 

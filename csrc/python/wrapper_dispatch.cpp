@@ -9,15 +9,23 @@
 // What the fast path needs from a class is one record, cls._fast (a tuple, recomputed by
 // tensortools/dispatch/wrapper.py whenever a handler is registered or a process-wide
 // setting changes):
-//   (kind, handlers, logger, captures)
+//   (kind, handlers, logger, captures, carrier)
 //   kind      0: take the Python path; 1: wrap results as the class; 2: the same, each
-//             result holding a copy of the metadata dict of the first instance among the
-//             arguments (MetadataTensor); 3: run the plain call alone and return its
-//             result as it is (MetadataTensor with tracking off)
+//             result holding a copy of the metadata of the first argument that carries
+//             any (MetadataTensor); 3: run the plain call alone and return its result as
+//             it is (MetadataTensor with tracking off)
 //   handlers  the class's handler table: a call with a handler takes the Python path
 //   logger    None, or a logging.Logger: while it is enabled for INFO, the Python path
 //   captures  None, or a per-thread store (tensortools._settings.ThreadStore): while its
 //             value is set in the calling thread, the Python path
+//   carrier   kind 2: the class whose instances carry metadata (MetadataTensor, whatever
+//             the class of the call); else None
+//
+// Python code can run in the middle of a call (a property getter, a key's __eq__, a
+// finalizer started by a garbage collection at any allocation) and can change or free
+// anything the call did not take a reference to. So every object this file uses across
+// a call that can run Python is held by a reference of its own, and the items of a list
+// are read afresh, by index, against its current size.
 //
 // torch.compile cannot trace C: tensortools/dispatch/wrapper.py registers a Python stand-in
 // for wrapper_torch_function (the Python path), so that compiled functions trace through
@@ -26,17 +34,21 @@
 #include "wrapper_dispatch.h"
 
 #include <ATen/PythonTorchFunctionTLS.h>
+#include <c10/util/SmallVector.h>
+#include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 namespace tensortools::python {
 namespace {
 
-// Set once by setup(): torch.Tensor, the functions whose results are never wrapped, the
-// Python output wrapper, and the per-thread store of the settings' overrides.
+// Set by setup(): torch.Tensor, the functions whose results are never wrapped, the Python
+// output wrapper, the per-thread store of the settings' overrides, and the container
+// types torch.utils._pytree takes apart (its SUPPORTED_NODES, read live).
 PyObject* g_tensor_type = nullptr;
 PyObject* g_no_wrap = nullptr;
-PyObject* g_wrap_outputs = nullptr;  // wrap_outputs(cls, result, context)
+PyObject* g_wrap_outputs = nullptr;  // wrap_outputs(cls, result, context, args, kwargs)
 PyObject* g_overrides = nullptr;
+PyObject* g_pytree_nodes = nullptr;
 
 // Interned names.
 PyObject* s_fast = nullptr;         // "_fast": the class's record
@@ -49,6 +61,32 @@ PyObject* s_as_subclass = nullptr;
 PyObject* s_info_level = nullptr;  // logging.INFO, 20
 
 enum Kind : long { kPython = 0, kWrap = 1, kWrapMetadata = 2, kPlain = 3 };
+
+// References owned by this object, released when it goes.
+class Refs {
+ public:
+  Refs() = default;
+  Refs(const Refs&) = delete;
+  Refs& operator=(const Refs&) = delete;
+  ~Refs() {
+    for (PyObject* o : items_) Py_DECREF(o);
+  }
+  void add(PyObject* o) { items_.push_back(Py_NewRef(o)); }
+  const c10::SmallVector<PyObject*, 8>& items() const { return items_; }
+
+ private:
+  c10::SmallVector<PyObject*, 8> items_;
+};
+
+// getattr(obj, name, None) as Python reads it: 1 with a new reference in *out, 0 when
+// there is no such attribute, -1 with an exception set.
+int lookup_attr(PyObject* obj, PyObject* name, PyObject** out) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return PyObject_GetOptionalAttr(obj, name, out);
+#else
+  return _PyObject_LookupAttr(obj, name, out);
+#endif
+}
 
 // 1 when a per-thread store holds a value (not None) in the calling thread, 0 when not,
 // -1 on error.
@@ -78,18 +116,28 @@ int only_own_types(PyObject* cls, PyObject* types) {
   return 1;
 }
 
-// The kind of path a call takes (see the file comment); -1 with an exception set on error.
-long choose_kind(PyObject* cls, PyObject* func, PyObject* types) {
-  int set = store_is_set(g_overrides);
+// The kind of path a call takes (see the file comment), and for kind 2 the carrier class
+// (a new reference in *carrier); -1 with an exception set on error.
+long choose_kind(PyObject* cls, PyObject* func, PyObject* types, PyObject** carrier) {
+  // Called while subclass dispatch is disabled: a TorchFunctionMode declined a method call
+  // that torch showed it with our instance as self (see _python_torch_function).
+  if (at::impl::PythonTorchFunctionTLS::get_disabled_state() !=
+      at::impl::TorchFunctionDisabledState::ENABLED) {
+    return kPython;
+  }
+  PyObject* overrides = Py_NewRef(g_overrides);
+  int set = store_is_set(overrides);
+  Py_DECREF(overrides);
   if (set != 0) return set < 0 ? -1 : kPython;
-  PyObject* record = PyObject_GetAttr(cls, s_fast);
+  PyObject* record = PyObject_GetAttr(cls, s_fast);  // (held: its items are borrowed)
   if (record == nullptr) return -1;
   long kind = kPython;
-  if (PyTuple_Check(record) && PyTuple_GET_SIZE(record) == 4) {
+  if (PyTuple_Check(record) && PyTuple_GET_SIZE(record) == 5) {
     kind = PyLong_AsLong(PyTuple_GET_ITEM(record, 0));
     PyObject* handlers = PyTuple_GET_ITEM(record, 1);
     PyObject* logger = PyTuple_GET_ITEM(record, 2);
     PyObject* captures = PyTuple_GET_ITEM(record, 3);
+    PyObject* klass = PyTuple_GET_ITEM(record, 4);
     int ok = 0;
     if (kind == -1 && PyErr_Occurred()) {
       ok = -1;
@@ -106,7 +154,9 @@ long choose_kind(PyObject* cls, PyObject* func, PyObject* types) {
       ok = PyDict_Check(handlers) ? PyDict_Contains(handlers, func) : 1;
     }
     if (ok == 0 && kind != kPython) {
-      ok = PySet_Contains(g_no_wrap, func);
+      PyObject* no_wrap = Py_NewRef(g_no_wrap);
+      ok = PySet_Contains(no_wrap, func);
+      Py_DECREF(no_wrap);
     }
     if (ok == 0 && kind != kPython) {
       ok = only_own_types(cls, types) == 1 ? 0 : 1;
@@ -114,73 +164,124 @@ long choose_kind(PyObject* cls, PyObject* func, PyObject* types) {
     if (ok == 0 && kind != kWrap && kind != kWrapMetadata && kind != kPlain) {
       ok = 1;  // a kind this file does not know: the Python path
     }
+    if (ok == 0 && kind == kWrapMetadata) {
+      if (PyType_Check(klass)) {
+        *carrier = Py_NewRef(klass);
+      } else {
+        ok = 1;
+      }
+    }
     kind = ok < 0 ? -1 : ok > 0 ? kPython : kind;
   }
   Py_DECREF(record);
   return kind;
 }
 
-// Where the metadata dict of a call's results comes from.
-enum class Search { kNone, kFound, kError, kPython };
+// How a walk over a call's arguments ended.
+enum class Walk { kDone, kPython, kError };
 
-// The metadata dict of the first instance of cls among `items`, and in plain lists and
-// tuples within them, as MetadataTensor.context finds it (torch.utils._pytree takes both
-// apart). *found is borrowed from the instance's __dict__. kPython: an argument this file
-// does not take apart as pytree would (a subclass of list or tuple, such as a named
-// tuple, whose iteration could run Python code; nesting deeper than 16): the Python path
-// decides.
-Search first_metadata(PyObject* cls, PyObject* const* items, Py_ssize_t n, PyObject** found,
-                      int depth = 0) {
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* item = items[i];
-    if (PyObject_TypeCheck(item, reinterpret_cast<PyTypeObject*>(cls))) {
-      PyObject* dict = PyObject_GenericGetDict(item, nullptr);
-      if (dict == nullptr) return Search::kError;
-      PyObject* metadata = PyDict_GetItemWithError(dict, s_metadata);  // borrowed
-      Py_DECREF(dict);  // the instance keeps its __dict__ (and so `metadata`) alive
-      if (metadata == nullptr && PyErr_Occurred()) return Search::kError;
-      if (metadata != nullptr && metadata != Py_None) {
-        *found = metadata;
-        return Search::kFound;
+// The walk over a call's arguments that torch.utils._pytree does for the Python path
+// (MetadataTensor.context, wrap_outputs): into exact lists and tuples (and the top level
+// of the keyword arguments), not into dicts; every tensor found is added to `tensors`.
+// kPython where the Python path would take apart a container this file does not (a
+// subclass of list or tuple, such as a named tuple; a type registered with pytree;
+// nesting deeper than 16) or, through a hostile __hash__ of a metaclass, an error.
+class ArgumentWalk {
+ public:
+  explicit ArgumentWalk(Refs* tensors) : tensors_(tensors) {}
+
+  Walk call(PyObject* args, PyObject* kwargs) {
+    if (args != nullptr) {
+      const Walk w = sequence(args, 0);
+      if (w != Walk::kDone) return w;
+    }
+    if (kwargs != nullptr) {
+      Py_ssize_t pos = 0;
+      PyObject* key;
+      PyObject* value;
+      // (PyDict_Next stays within the dict's current entries if Python code changes it)
+      while (PyDict_Next(kwargs, &pos, &key, &value)) {
+        const Walk w = item(value, 0);
+        if (w != Walk::kDone) return w;
       }
-    } else if (PyTuple_CheckExact(item) || PyList_CheckExact(item)) {
-      if (depth >= 16) return Search::kPython;
-      // (an exact list or tuple: its items, read without running any Python code)
-      PyObject* const* inner =
-          PyTuple_CheckExact(item) ? &PyTuple_GET_ITEM(item, 0) : PySequence_Fast_ITEMS(item);
-      Search s = first_metadata(cls, inner, Py_SIZE(item), found, depth + 1);
-      if (s != Search::kNone) return s;
-    } else if (PyTuple_Check(item) || PyList_Check(item)) {
-      return Search::kPython;
+    }
+    return Walk::kDone;
+  }
+
+ private:
+  // seq: an exact tuple or list, held by the caller; an exact list is read afresh at each
+  // index, since Python code run meanwhile may have changed it.
+  Walk sequence(PyObject* seq, int depth) {
+    for (Py_ssize_t i = 0; i < Py_SIZE(seq); ++i) {
+      PyObject* x = PyTuple_CheckExact(seq) ? PyTuple_GET_ITEM(seq, i) : PyList_GET_ITEM(seq, i);
+      const Walk w = item(x, depth);
+      if (w != Walk::kDone) return w;
+    }
+    return Walk::kDone;
+  }
+
+  Walk item(PyObject* x, int depth) {
+    if (PyObject_TypeCheck(x, reinterpret_cast<PyTypeObject*>(g_tensor_type))) {
+      tensors_->add(x);
+      return Walk::kDone;
+    }
+    if (x == Py_None || PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyBool_Check(x) ||
+        PyUnicode_CheckExact(x) || PyDict_Check(x) || THPSize_Check(x)) {
+      return Walk::kDone;  // (a torch.Size holds ints only)
+    }
+    Py_INCREF(x);  // (held while it is looked at)
+    Walk w = Walk::kDone;
+    if (PyTuple_CheckExact(x) || PyList_CheckExact(x)) {
+      w = depth >= 16 ? Walk::kPython : sequence(x, depth + 1);
+    } else if (PyTuple_Check(x) || PyList_Check(x)) {
+      w = Walk::kPython;
+    } else {
+      PyObject* nodes = Py_NewRef(g_pytree_nodes);
+      const int node = PyDict_Contains(nodes, reinterpret_cast<PyObject*>(Py_TYPE(x)));
+      Py_DECREF(nodes);
+      w = node < 0 ? Walk::kError : node > 0 ? Walk::kPython : Walk::kDone;
+    }
+    Py_DECREF(x);
+    return w;
+  }
+
+  Refs* tensors_;
+};
+
+// The metadata the results of a call take, as MetadataTensor.context finds it under the
+// "first" policy: getattr(t, "metadata", None) of every instance of `carrier` among the
+// argument tensors, in order (every one is read, as the Python path reads them), and
+// the first that is not None; a new empty dict when there is none. A new reference, or
+// nullptr with an exception set.
+PyObject* call_metadata(PyObject* carrier, const Refs& tensors) {
+  PyObject* first = nullptr;
+  for (PyObject* t : tensors.items()) {
+    if (!PyObject_TypeCheck(t, reinterpret_cast<PyTypeObject*>(carrier))) continue;
+    PyObject* metadata = nullptr;
+    if (lookup_attr(t, s_metadata, &metadata) < 0) {
+      Py_XDECREF(first);
+      return nullptr;
+    }
+    if (metadata == Py_None) Py_CLEAR(metadata);
+    if (metadata != nullptr && first == nullptr) {
+      first = metadata;
+    } else {
+      Py_XDECREF(metadata);
     }
   }
-  return Search::kNone;
+  return first != nullptr ? first : PyDict_New();
 }
 
-// The metadata the call's results take (a new reference; a new empty dict when no
-// argument has any) in *metadata, or kPython, or kError with an exception set.
-Search call_metadata(PyObject* cls, PyObject* args, PyObject* kwargs, PyObject** metadata) {
-  PyObject* found = nullptr;  // borrowed
-  Search s = Search::kNone;
-  if (args != nullptr) {
-    s = first_metadata(cls, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), &found);
-  }
-  if (s == Search::kNone && kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0) {
-    Py_ssize_t pos = 0;
-    PyObject* key;
-    PyObject* value;
-    while (s == Search::kNone && PyDict_Next(kwargs, &pos, &key, &value)) {
-      s = first_metadata(cls, &value, 1, &found);
-    }
-  }
-  if (s == Search::kError || s == Search::kPython) return s;
-  // A new reference: the call may drop the argument that holds the dict.
-  *metadata = found != nullptr ? Py_NewRef(found) : PyDict_New();
-  return *metadata == nullptr ? Search::kError : Search::kFound;
+// dict(metadata), as MetadataTensor.wrap copies it.
+PyObject* copy_metadata(PyObject* metadata) {
+  if (PyDict_CheckExact(metadata)) return PyDict_Copy(metadata);
+  return PyObject_CallOneArg(reinterpret_cast<PyObject*>(&PyDict_Type), metadata);
 }
 
 // func(*args, **kwargs) with __torch_function__ of subclasses disabled (args and kwargs
-// may be null).
+// may be null). As Python's func(*args, **kwargs) does, func gets keyword arguments of
+// its own, a copy: the caller's dict may change while func runs Python code (an
+// argument's __index__), and torch's argument parser reads it without references.
 PyObject* call_plain(PyObject* func, PyObject* args, PyObject* kwargs) {
   using at::impl::PythonTorchFunctionTLS;
   using at::impl::TorchFunctionDisabledState;
@@ -189,26 +290,46 @@ PyObject* call_plain(PyObject* func, PyObject* args, PyObject* kwargs) {
     args = empty = PyTuple_New(0);
     if (empty == nullptr) return nullptr;
   }
+  PyObject* own_kwargs = nullptr;
+  if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) {
+    own_kwargs = PyDict_Copy(kwargs);
+    if (own_kwargs == nullptr) {
+      Py_XDECREF(empty);
+      return nullptr;
+    }
+  }
   const TorchFunctionDisabledState old = PythonTorchFunctionTLS::get_disabled_state();
   if (old == TorchFunctionDisabledState::ENABLED) {
     PythonTorchFunctionTLS::set_disabled_state(TorchFunctionDisabledState::SUBCLASSES_DISABLED);
   }
-  PyObject* result = PyObject_Call(func, args, kwargs);
+  PyObject* result = PyObject_Call(func, args, own_kwargs);
   PythonTorchFunctionTLS::set_disabled_state(old);
+  Py_XDECREF(own_kwargs);
   Py_XDECREF(empty);
   return result;
+}
+
+// Whether any weak reference to obj exists (a cache that holds it without owning it).
+bool weakly_held(PyObject* obj) {
+  const Py_ssize_t offset = Py_TYPE(obj)->tp_weaklistoffset;
+  if (offset == 0) return false;
+  // (where CPython keeps the list of an object's weak references, also at the negative
+  // offset of 3.12's managed weak references)
+  return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset) != nullptr;
 }
 
 // A plain torch.Tensor `result` (a new reference, stolen) as an instance of cls.
 PyObject* as_instance(PyObject* cls, PyObject* result) {
   // A tensor this call created is referenced from nowhere else (one Python reference,
-  // ours, and one C++ reference, the Python object's) and has no attributes: it changes
-  // class in place, which costs far less than the alias torch.Tensor.as_subclass makes
-  // (the Python path's results are such aliases: the same values, type and gradients,
-  // but views of the plain result). Anything else (a tensor someone else holds) gets an
-  // alias, so its owner's object is left as it was. (Classes with a __torch_dispatch__ of
-  // their own, which needs the dispatch keys only as_subclass sets, take the Python path.)
-  if (Py_REFCNT(result) == 1 && THPVariable_Unpack(result).use_count() == 1) {
+  // ours, one C++ reference, the Python object's, and no weak reference) and has no
+  // attributes: it changes class in place, which costs far less than the alias
+  // torch.Tensor.as_subclass makes (the Python path's results are such aliases: the same
+  // values, type and gradients, but views of the plain result). Anything else (a tensor
+  // someone else holds, even weakly) gets an alias, so its owner's object is left as it
+  // was. (Classes with a __torch_dispatch__ of their own, which needs the dispatch keys
+  // only as_subclass sets, take the Python path.)
+  if (Py_REFCNT(result) == 1 && THPVariable_Unpack(result).use_count() == 1 &&
+      !weakly_held(result)) {
     // (the dict slot, read without creating a dict where there is none yet)
     PyObject** dict = _PyObject_GetDictPtr(result);
     if (dict == nullptr || *dict == nullptr || PyDict_GET_SIZE(*dict) == 0) {
@@ -225,6 +346,18 @@ PyObject* as_instance(PyObject* cls, PyObject* result) {
 
 PyObject* python_path(PyObject* const* argv, Py_ssize_t argc) {
   return PyObject_VectorcallMethod(s_python_path, argv, argc, nullptr);  // cls.<name>(...)
+}
+
+// Results other than one plain strided tensor, wrapped by the Python function (tuples,
+// sparse tensors, ...); the arguments tell it which results are arguments.
+PyObject* wrap_in_python(PyObject* cls, PyObject* result, PyObject* context, PyObject* args,
+                         PyObject* kwargs) {
+  PyObject* wrap = Py_NewRef(g_wrap_outputs);
+  PyObject* wrap_args[] = {cls, result, context, args != nullptr ? args : Py_None,
+                           kwargs != nullptr ? kwargs : Py_None};
+  PyObject* out = PyObject_Vectorcall(wrap, wrap_args, 5, nullptr);
+  Py_DECREF(wrap);
+  return out;
 }
 
 PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t argc) {
@@ -246,16 +379,25 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
       (kwargs != nullptr && !PyDict_Check(kwargs))) {
     return python_path(argv, argc);
   }
-  const long kind = choose_kind(cls, func, types);
+  PyObject* carrier = nullptr;
+  const long kind = choose_kind(cls, func, types, &carrier);
   if (kind < 0) return nullptr;
   if (kind == kPython) return python_path(argv, argc);
   if (kind == kPlain) return call_plain(func, args, kwargs);
 
+  // The argument tensors (held: the metadata read below, and the call, may run Python
+  // code that drops them), and from them the results' metadata.
+  Refs tensors;
+  const Walk walk = ArgumentWalk(&tensors).call(args, kwargs);
+  if (walk != Walk::kDone) {
+    Py_XDECREF(carrier);
+    return walk == Walk::kError ? nullptr : python_path(argv, argc);
+  }
   PyObject* context = Py_None;
   if (kind == kWrapMetadata) {
-    const Search s = call_metadata(cls, args, kwargs, &context);
-    if (s == Search::kError) return nullptr;
-    if (s == Search::kPython) return python_path(argv, argc);
+    context = call_metadata(carrier, tensors);
+    Py_DECREF(carrier);
+    if (context == nullptr) return nullptr;
   } else {
     Py_INCREF(context);
   }
@@ -270,20 +412,23 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
     PyObject* out;
     if (PyObject_TypeCheck(result, reinterpret_cast<PyTypeObject*>(cls))) {
       out = Py_NewRef(result);  // an in-place call returned its argument
-    } else {  // other results (tuples, sparse tensors, ...) as the Python path wraps them
-      PyObject* wrap_args[] = {cls, result, context};
-      out = PyObject_Vectorcall(g_wrap_outputs, wrap_args, 3, nullptr);
+    } else {
+      out = wrap_in_python(cls, result, context, args, kwargs);
     }
     Py_DECREF(result);
     Py_DECREF(context);
     return out;
   }
+  for (PyObject* t : tensors.items()) {
+    if (t == result) {  // a call that returns one of its arguments (in place, out=)
+      Py_DECREF(context);
+      return result;
+    }
+  }
 
   PyObject* out = as_instance(cls, result);
   if (out != nullptr && kind == kWrapMetadata) {
-    PyObject* copy = PyDict_Check(context)
-                         ? PyDict_Copy(context)
-                         : PyObject_CallOneArg(reinterpret_cast<PyObject*>(&PyDict_Type), context);
+    PyObject* copy = copy_metadata(context);
     if (copy == nullptr || PyObject_SetAttr(out, s_metadata, copy) != 0) {
       Py_CLEAR(out);
     }
@@ -294,15 +439,15 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
 }
 
 PyObject* setup(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t argc) {
-  if (argc != 4 || !PyType_Check(argv[0]) || !PyAnySet_Check(argv[1]) ||
-      !PyCallable_Check(argv[2])) {
+  if (argc != 5 || !PyType_Check(argv[0]) || !PyAnySet_Check(argv[1]) ||
+      !PyCallable_Check(argv[2]) || !PyDict_Check(argv[4])) {
     PyErr_SetString(PyExc_TypeError,
                     "wrapper_dispatch_setup(tensor_type, no_wrap: frozenset, wrap_outputs, "
-                    "overrides)");
+                    "overrides, pytree_nodes: dict)");
     return nullptr;
   }
-  PyObject** slots[] = {&g_tensor_type, &g_no_wrap, &g_wrap_outputs, &g_overrides};
-  for (int i = 0; i < 4; ++i) {
+  PyObject** slots[] = {&g_tensor_type, &g_no_wrap, &g_wrap_outputs, &g_overrides, &g_pytree_nodes};
+  for (int i = 0; i < 5; ++i) {
     Py_INCREF(argv[i]);
     Py_XSETREF(*slots[i], argv[i]);
   }
@@ -319,8 +464,8 @@ PyMethodDef methods[] = {
      "must run eagerly (no Python stand-in is registered for it: each call is a graph "
      "break)."},
     {"wrapper_dispatch_setup", reinterpret_cast<PyCFunction>(setup), METH_FASTCALL,
-     "wrapper_dispatch_setup(tensor_type, no_wrap, wrap_outputs, overrides): what "
-     "wrapper_torch_function needs from Python."},
+     "wrapper_dispatch_setup(tensor_type, no_wrap, wrap_outputs, overrides, pytree_nodes): "
+     "what wrapper_torch_function needs from Python."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace

@@ -11,13 +11,14 @@ from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
-from torch.utils._pytree import tree_leaves, tree_map_only
+from torch.overrides import _is_torch_function_mode_enabled
+from torch.utils._pytree import SUPPORTED_NODES, tree_leaves, tree_map_only
 
 from tensortools._native import C as _C
 from tensortools._settings import OVERRIDES
-from tensortools.dispatch.table import TorchFunctionTable
+from tensortools.dispatch.table import TorchFunctionTable, refusing_endless_recursion
 
-__all__ = ["NO_WRAP", "TensorWrapper", "keeps_hooks", "wrap_outputs"]
+__all__ = ["NO_WRAP", "TensorWrapper", "argument_tensors", "keeps_hooks", "wrap_outputs"]
 
 
 # The class methods whose behaviour the compiled path stands in for.
@@ -55,12 +56,12 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     # csrc/python/wrapper_dispatch.cpp runs a call that has no handler, under the
     # "fallback" policy, with no setting overridden in the calling thread and no other
     # overriding type taking part, as the Python path would: the plain call, its results
-    # wrapped. It reads one record per class, _fast = (kind, handlers, logger, captures),
-    # which _on_table_change recomputes when the class is made, a handler is registered or
-    # a process-wide setting changes; a class whose hooks it does not know (its own
-    # context, wrap, fallback, ...) gets kind 0, the Python path. (A hook assigned to a
-    # class after it was made is seen once cls._on_settings_change() is called.)
-    _fast: ClassVar[tuple] = (0, {}, None, None)
+    # wrapped. It reads one record per class, _fast = (kind, handlers, logger, captures,
+    # carrier), which _on_table_change recomputes when the class is made, a handler is
+    # registered or a process-wide setting changes; a class whose hooks it does not know
+    # (its own context, wrap, fallback, ...) gets kind 0, the Python path. (A hook assigned
+    # to a class after it was made is seen once cls._on_settings_change() is called.)
+    _fast: ClassVar[tuple] = (0, {}, None, None, None)
 
     @classmethod
     def _fast_kind(cls) -> int:
@@ -75,19 +76,36 @@ class TensorWrapper(TorchFunctionTable, Tensor):
         return None, None
 
     @classmethod
+    def _fast_carrier(cls) -> type | None:
+        """For kind 2: the class whose instances among the arguments carry the metadata
+        results take (None: no such class)."""
+        return None
+
+    @classmethod
     def _on_table_change(cls) -> None:
         try:
             kind = cls._fast_kind() if cls._global_policy == "fallback" else 0
+            carrier = cls._fast_carrier()
         except NameError:  # a base class of this package, during its own creation: its
-            kind = 0  # module computes the record once the class exists
+            kind, carrier = 0, None  # module computes the record once the class exists
         if cls.__torch_dispatch__ is not torch._C._disabled_torch_dispatch_impl:
             kind = 0  # (its instances need the dispatch keys that only as_subclass sets)
-        cls._fast = (kind, cls._handlers, *cls._fast_gates())
+        cls._fast = (kind, cls._handlers, *cls._fast_gates(), carrier)
 
     @classmethod
     def _python_torch_function(cls, func, types, args=(), kwargs=None):
         """__torch_function__ in Python: the definition of every call's behaviour."""
-        return TorchFunctionTable.__torch_function__.__func__(cls, func, types, args, kwargs)
+        if _is_torch_function_mode_enabled() and not torch._C._is_torch_function_enabled():
+            # Called under a TorchFunctionMode with subclass dispatch disabled, that is from
+            # the plain call of this very call: the mode declined it (returned
+            # NotImplemented), and torch, which shows modes a method's self whatever the
+            # setting, showed it the instance again and, declined again, came back here.
+            # The plain call runs as subclass dispatch asked, out of the mode's sight
+            # (which declined it twice); the outer call wraps what it returns.
+            with torch._C.DisableTorchFunction():
+                return func(*args, **(kwargs or {}))
+        with refusing_endless_recursion(cls, func):
+            return TorchFunctionTable.__torch_function__.__func__(cls, func, types, args, kwargs)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -236,10 +254,11 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     @classmethod
     def fallback(cls, func, types, args, kwargs):
         context = cls.context(func, args, kwargs)
+        arguments = argument_tensors(args, kwargs)
         result, originals = cls.call_plain(func, types, args, kwargs)
         if func in NO_WRAP:
             return result
-        return wrap_outputs(cls, result, context, originals)
+        return wrap_outputs(cls, result, context, originals, arguments)
 
 
 #: Results left as they are: torch's own list (property getters such as .grad) and the
@@ -259,13 +278,34 @@ def _unwrap(cls: type, obj: Any, originals: dict[int, Tensor]) -> Any:
     return tree_map_only(cls, plain, obj, is_leaf=_is_size)
 
 
-def wrap_outputs(cls: type, out: Any, context: Any, originals: dict[int, Tensor]) -> Any:
+def argument_tensors(args: tuple, kwargs: dict | None) -> list[Tensor]:
+    """The tensors among a call's arguments, in order: also inside lists, tuples and the
+    other containers torch.utils._pytree takes apart, but not inside dicts other than
+    the keyword arguments themselves (the compiled path walks the same way)."""
+    leaves = tree_leaves(
+        (args, kwargs or {}), is_leaf=lambda x: isinstance(x, dict) and x is not kwargs
+    )
+    return [t for t in leaves if issubclass(type(t), Tensor)]
+
+
+def wrap_outputs(
+    cls: type,
+    out: Any,
+    context: Any,
+    originals: dict[int, Tensor],
+    arguments: list[Tensor] | tuple = (),
+) -> Any:
     """Every tensor in out (any nesting) as an instance of cls, made by cls.wrap with
-    context; plain aliases of arguments (in-place results) as those arguments."""
+    context; but one of the call's `arguments` that the call returned (in place, ``out=``)
+    is returned as it is, of its own class, and a plain alias that stood for an instance
+    in the call (originals: id(alias) -> instance) is that instance."""
 
     def wrap(t: Tensor) -> Tensor:
-        if id(t) in originals:  # an in-place call returned our argument's plain alias
+        if id(t) in originals:  # a plain alias standing for one of our instances
             return originals[id(t)]
+        for a in arguments:  # (by identity: torch.compile traces `is`, not id())
+            if t is a:
+                return t
         if isinstance(t, cls) or (type(t) is not Tensor and not cls.wrap_foreign):
             return t
         try:
@@ -287,11 +327,12 @@ def _is_size(x: Any) -> bool:
 _wrapper_torch_function = _C.wrapper_torch_function
 
 
-def _wrap_result(cls: type, result: Any, context: Any) -> Any:
-    return wrap_outputs(cls, result, context, {})
+def _wrap_result(cls: type, result: Any, context: Any, args: tuple, kwargs: dict | None) -> Any:
+    # (the compiled path's results other than one plain strided tensor)
+    return wrap_outputs(cls, result, context, {}, argument_tensors(args or (), kwargs))
 
 
-_C.wrapper_dispatch_setup(Tensor, frozenset(NO_WRAP), _wrap_result, OVERRIDES)
+_C.wrapper_dispatch_setup(Tensor, frozenset(NO_WRAP), _wrap_result, OVERRIDES, SUPPORTED_NODES)
 TensorWrapper._on_settings_change()
 
 

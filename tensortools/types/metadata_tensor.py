@@ -12,7 +12,7 @@ from torch.utils._pytree import tree_leaves
 
 from tensortools._settings import ClassSetting
 from tensortools.dispatch import TensorWrapper
-from tensortools.dispatch.wrapper import keeps_hooks
+from tensortools.dispatch.wrapper import argument_tensors, keeps_hooks
 
 __all__ = ["MetadataTensor", "MERGE_POLICIES", "collate"]
 
@@ -110,14 +110,12 @@ class MetadataTensor(TensorWrapper):
 
     @classmethod
     def context(cls, func, args, kwargs) -> dict:
-        # The MetadataTensors among the arguments, also inside lists and tuples, in order.
-        # (Not inside dicts: the compiled path does not look there either.)
-        leaves = tree_leaves(
-            (args, kwargs or {}), is_leaf=lambda x: isinstance(x, dict) and x is not kwargs
-        )
+        # The metadata of every MetadataTensor among the arguments, whatever its class
+        # (a parent's or a sibling's instance carries metadata as much as cls's own), in
+        # order, also inside lists and tuples (not inside dicts: see argument_tensors).
         found = []
-        for a in leaves:
-            metadata = metadata_of(a) if isinstance(a, cls) else None
+        for a in argument_tensors(args, kwargs):
+            metadata = metadata_of(a) if issubclass(type(a), MetadataTensor) else None
             if metadata is not None:
                 found.append(metadata)
         return _merge(_MERGE_POLICY.value_for(cls), found)
@@ -169,6 +167,10 @@ class MetadataTensor(TensorWrapper):
         if not cls._global_tracking:
             return 3
         return 2 if cls._global_merge_policy == "first" else 0
+
+    @classmethod
+    def _fast_carrier(cls) -> type:
+        return MetadataTensor
 
     @classmethod
     def _python_torch_function(cls, func, types, args=(), kwargs=None):
