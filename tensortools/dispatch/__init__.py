@@ -29,13 +29,14 @@ first result that is not ``NotImplemented`` wins.
 """
 
 from tensortools.dispatch.table import POLICIES, TorchFunctionTable, aliases_of
-from tensortools.dispatch.tensor_like import CannotHoldResult, TensorLike
+from tensortools.dispatch.tensor_like import CannotHoldResult, TensorLike, TensorMethod
 from tensortools.dispatch.wrapper import NO_WRAP, TensorWrapper, wrap_outputs  # noqa: F401
 
 __all__ = [
     "POLICIES",
     "TorchFunctionTable",
     "TensorLike",
+    "TensorMethod",
     "TensorWrapper",
     "CannotHoldResult",
     "aliases_of",

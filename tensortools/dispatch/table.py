@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
+from torch.overrides import _is_torch_function_mode_enabled
 
 from tensortools._settings import OVERRIDES, ClassSetting
 
@@ -224,10 +225,23 @@ class TorchFunctionTable:
         the type), else what breaks them."""
         return ""
 
+    #: Whether the type observes the calls it takes part in (records them, as LoggingTensor
+    #: does) rather than computing them: such a type sees each call first, whatever the
+    #: order of the arguments, and hands it on to the others with its instances as plain
+    #: tensors. So a call is observed once, as the user made it, and never as the many
+    #: calls another type's handler may make on the observed tensor.
+    observes_calls: ClassVar[bool] = False
+
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
+        if len(types) > 1 and not cls.observes_calls:
+            observer = next((t for t in types if getattr(t, "observes_calls", False)), None)
+            if observer is not None:
+                result = observer.__torch_function__(func, types, args, kwargs)
+                if result is not NotImplemented:
+                    return result
         handler = cls._handlers.get(func)
         if handler is not None:
             result = handler(*args, **kwargs)
@@ -243,3 +257,25 @@ class TorchFunctionTable:
 def _check_policy(cls: type, policy: Any) -> None:
     if policy not in POLICIES:
         raise ValueError(f"{cls.__name__}: 'policy' must be one of {POLICIES}, got {policy!r}")
+
+
+@contextlib.contextmanager
+def refusing_endless_recursion(cls: type, func: Callable) -> Iterator[None]:
+    """Turn a RecursionError raised while a TorchFunctionMode is active into a TypeError.
+
+    A type's __torch_function__ runs with a mode active only when that mode declined the
+    call (returned NotImplemented); the plain-tensor calls a handler makes then reach the
+    mode again, and where it declines those too, torch recurses without end on a plain
+    tensor's property getters (``t.device``, ``t.shape``) where its methods raise a
+    TypeError. Every such call ends in the TypeError torch gives the methods."""
+    try:
+        yield
+    except RecursionError:
+        if not _is_torch_function_mode_enabled():
+            raise
+        name = torch.overrides.resolve_name(getattr(func, "method", func)) or repr(func)
+        raise TypeError(
+            f"{cls.__name__}: no implementation of '{name}' can run under the active "
+            "TorchFunctionMode, which declined the call (returned NotImplemented) and "
+            "the plain-tensor calls it needs"
+        ) from None

@@ -15,9 +15,9 @@ from torch.overrides import (
     has_torch_function,
 )
 
-from tensortools.dispatch.table import TorchFunctionTable
+from tensortools.dispatch.table import TorchFunctionTable, refusing_endless_recursion
 
-__all__ = ["CannotHoldResult", "INPLACE_OPERATORS", "TensorLike"]
+__all__ = ["CannotHoldResult", "INPLACE_OPERATORS", "TensorLike", "TensorMethod"]
 
 
 class TensorLike(TorchFunctionTable):
@@ -35,6 +35,11 @@ class TensorLike(TorchFunctionTable):
 
     __hash__ = object.__hash__  # defining __eq__ below would otherwise unset it
 
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with refusing_endless_recursion(cls, func):
+            return TorchFunctionTable.__torch_function__.__func__(cls, func, types, args, kwargs)
+
     def tensor(self) -> Tensor:
         """The dense tensor this object stands for (what its values are compared with)."""
         raise NotImplementedError(f"{type(self).__name__} must define tensor()")
@@ -48,11 +53,65 @@ class TensorLike(TorchFunctionTable):
         return _call_method(attr.__get__, self)
 
 
+class TensorMethod:
+    """A ``Tensor`` method (or property getter) as torch hands it on when a tensor-like
+    object is its ``self``.
+
+    ``Tensor.sum`` itself refuses any ``self`` that is not a ``torch.Tensor``, so a
+    TorchFunctionMode, or another overriding type, that calls the function it was given
+    (``func(*args, **kwargs)``, as pass-through modes and fallbacks do) could not run
+    ``d.sum()`` for a TensorLike ``d``. They are given this stand-in instead: called with a
+    tensor-like ``self`` it dispatches as ``d.sum()`` does, with anything else it is the
+    method itself. It compares and hashes equal to the method, so handler tables and
+    ``func in {...}`` tests find it; ``.method`` is the method.
+    """
+
+    def __init__(self, method: Callable) -> None:
+        self.method = method
+        getter = getattr(method, "__self__", None)  # a property's __get__: its descriptor
+        name = getattr(method, "__name__", repr(method))
+        if getter is not None and not isinstance(getter, Tensor):
+            name = f"{getattr(getter, '__name__', '?')}.{name}"
+        self.__name__ = name
+        self.__qualname__ = f"Tensor.{name}"
+        self.__module__ = "torch.Tensor"  # (torch's messages name f"{module}.{name}")
+        self.__doc__ = getattr(method, "__doc__", None)
+        self.__wrapped__ = method  # (inspect.signature reads the method's)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if args and isinstance(args[0], TensorLike):
+            return _call_method(self.method, *args, **kwargs)
+        return self.method(*args, **kwargs)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TensorMethod):
+            other = other.method
+        return bool(other == self.method)
+
+    def __hash__(self) -> int:
+        return hash(self.method)
+
+    def __repr__(self) -> str:
+        return f"<Tensor.{self.__name__} for tensor-like objects>"
+
+
+_STAND_INS: dict[Any, TensorMethod] = {}
+
+
+def _stand_in(method: Callable) -> TensorMethod:
+    found = _STAND_INS.get(method)
+    if found is None:  # (a bounded set: Tensor's methods and property getters)
+        found = _STAND_INS.setdefault(method, TensorMethod(method))
+    return found
+
+
 def _call_method(method: Callable, self: TensorLike, *args: Any, **kwargs: Any) -> Any:
     cls = type(self)
     others = [a for a in (*args, *kwargs.values()) if type(a) is not cls]
     if (others and has_torch_function(others)) or _is_torch_function_mode_enabled():
-        return handle_torch_function(method, (self, *args), self, *args, **kwargs)
+        # torch's rules decide (modes first, then each type): they see a stand-in that
+        # runs as the method does here, whoever calls it
+        return handle_torch_function(_stand_in(method), (self, *args), self, *args, **kwargs)
     # Only this type overrides the call and no torch function mode is active (torch would
     # call cls.__torch_function__ with types (cls,) alone): dispatch directly. (torch's own
     # refusal message cannot name a method descriptor, so it is written here.)

@@ -49,7 +49,7 @@ def mutated(func: Callable, args: tuple, kwargs: dict) -> list:
         name in _INPLACE_DUNDERS
         or (name.endswith("_") and not name.endswith("__"))
         or _inplace_argument(func, args, kwargs)
-        or (func is Tensor.module_load and not _argument(args, kwargs, 2, "assign"))
+        or (func == Tensor.module_load and not _argument(args, kwargs, 2, "assign"))
     )
     if inplace:
         first = args[0] if args else kwargs.get(_first_parameter(func))

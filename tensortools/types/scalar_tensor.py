@@ -11,7 +11,7 @@ from torch import Tensor
 
 from tensortools._native import C as _C
 from tensortools.dispatch import TensorLike
-from tensortools.dispatch.table import TorchFunctionTable
+from tensortools.dispatch.table import TorchFunctionTable, refusing_endless_recursion
 
 __all__ = ["ScalarTensor"]
 
@@ -67,7 +67,11 @@ class ScalarTensor(TensorLike):
         # A Python frame around the compiled function (0.1 µs), so that torch.compile,
         # which cannot trace C, reaches a call of it and traces the Python path instead
         # (registered below the class).
-        return _scalar_torch_function(cls, func, types, args, kwargs)
+        try:
+            return _scalar_torch_function(cls, func, types, args, kwargs)
+        except RecursionError:  # (a declining TorchFunctionMode: see the function below)
+            with refusing_endless_recursion(cls, func):
+                raise
 
     @classmethod
     def _on_table_change(cls) -> None:
@@ -136,11 +140,17 @@ class ScalarTensor(TensorLike):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self._pair.dtype
+        try:
+            return self._pair.dtype
+        except RecursionError:  # (a declining TorchFunctionMode: see _pair_attribute)
+            return _pair_attribute(self._pair, "dtype")
 
     @property
     def device(self) -> torch.device:
-        return self._pair.device
+        try:
+            return self._pair.device
+        except RecursionError:
+            return _pair_attribute(self._pair, "device")
 
     @property
     def shape(self) -> torch.Size:
@@ -245,6 +255,14 @@ class ScalarTensor(TensorLike):
         if targets:
             return scalar_in_place.mutate(func, args, kwargs, targets)
         return func(*densify(args, {}), **densify(kwargs, {}))
+
+
+def _pair_attribute(pair: Tensor, name: str) -> Any:
+    """pair.<name>, read past TorchFunctionModes: a mode that declines a plain tensor's
+    property getter sends torch into endless recursion, and a ScalarTensor's own dtype
+    and device are no call of the user's for a mode to see."""
+    with torch._C.DisableTorchFunction():
+        return getattr(pair, name)
 
 
 def _shortest(value: Tensor) -> Any:
