@@ -10,10 +10,12 @@ in two threads never leak into each other.
 All overrides live in one per-thread store, :data:`OVERRIDES`, mapping ``(setting name,
 class)`` to the stack of blocks overriding it; ``None`` when there are none, which is the
 common case and the one the fast paths test for. A block leaving removes its own entry
-only, wherever it stands in the stack: blocks that end out of order (a generator closed
-after its caller's block has ended) leave no override behind. A generator suspended inside
-a block runs in its caller's thread, so its override holds there until it is resumed to
-the end or closed, as with ``decimal.localcontext``.
+only, wherever it stands in the stack and whichever thread ends it: blocks that end out
+of order (a generator closed after its caller's block has ended) leave no override
+behind, and a block whose generator is finalized in another thread ends in the thread
+that opened it. A generator suspended inside a block runs in its caller's thread, so its
+override holds there until it is resumed to the end or closed, as with
+``decimal.localcontext``.
 
 The store is a ``threading.local``, which ``torch.compile`` reads and guards on: a
 compiled function sees the overrides of the thread that calls it, and is compiled again
@@ -47,26 +49,48 @@ class ThreadStore(threading.local):
 OVERRIDES = ThreadStore()
 
 
-def push(var: ThreadStore, key: Any, value: Any) -> object:
+# push and pop change one thread's stacks as a whole (read, then write back); a block that
+# ends in another thread (a generator finalized there) writes to the stacks of the thread
+# that opened it while that thread may be pushing: one lock keeps the two from losing
+# each other's change. (Readers take no lock: they read a value, never a half-made one.)
+_STACKS_LOCK = threading.Lock()
+
+
+class _Entry:
+    """What :func:`push` returns: the entry's identity and the calling thread's own slot of
+    the store (a ``threading.local``'s per-thread dict), so that :func:`pop` finds it from
+    any thread."""
+
+    __slots__ = ("home",)
+
+    def __init__(self, home: dict) -> None:
+        self.home = home
+
+
+def push(var: ThreadStore, key: Any, value: Any) -> _Entry:
     """Add value on top of key's stack in var (a dict of stacks, or None) for the calling
     thread; returns the marker that :func:`pop` takes it back with."""
-    marker = object()
-    current = var.get() or {}
-    var.set({**current, key: (*current.get(key, ()), (marker, value))})
+    marker = _Entry(var.__dict__)  # (this thread's slot of the thread-local store)
+    with _STACKS_LOCK:
+        current = marker.home.get("value") or {}
+        marker.home["value"] = {**current, key: (*current.get(key, ()), (marker, value))}
     return marker
 
 
-def pop(var: ThreadStore, key: Any, marker: object) -> None:
-    """Remove the entry `marker` from key's stack in var, wherever it stands."""
-    current = var.get() or {}
-    stack = current.get(key, ())
-    kept = tuple(entry for entry in stack if entry[0] is not marker)
-    if len(kept) == len(stack):
-        raise RuntimeError("tensortools: a settings block must end in the thread that began it")
-    changed = {k: v for k, v in current.items() if k != key}
-    if kept:
-        changed[key] = kept
-    var.set(changed or None)
+def pop(var: ThreadStore, key: Any, marker: _Entry) -> None:
+    """Remove the entry `marker` from key's stack, wherever it stands, in the thread that
+    pushed it (also when called from another thread: a generator holding a block may be
+    finalized anywhere; the block's override ends in the thread it was opened in)."""
+    with _STACKS_LOCK:
+        current = marker.home.get("value") or {}
+        stack = current.get(key, ())
+        kept = tuple(entry for entry in stack if entry[0] is not marker)
+        if len(kept) == len(stack):
+            raise RuntimeError("tensortools: a settings block ended twice")
+        changed = {k: v for k, v in current.items() if k != key}
+        if kept:
+            changed[key] = kept
+        marker.home["value"] = changed or None
 
 
 class ClassSetting:
