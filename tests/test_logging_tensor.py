@@ -182,3 +182,116 @@ def test_serialization_round_trips():
     loaded = torch.load(buf, weights_only=True)
     assert isinstance(loaded, LoggingTensor) and torch.equal(loaded, x)
     assert tensortools.LoggingTensor is LoggingTensor
+
+
+# -- one record per user call, whatever the other types and the argument order -----------
+
+
+class Unit(tensortools.dispatch.TensorWrapper):
+    """A user's wrapper type, with a handler of its own for mul."""
+
+
+@Unit.implements(torch.mul)
+def _unit_mul(input, other):
+    with torch._C.DisableTorchFunctionSubclass():
+        return Unit._make(torch.mul(torch.Tensor(input), torch.Tensor(other)) * 1)
+
+
+# the other operand of a call with a LoggingTensor: (plain value, typed value)
+OTHERS = {
+    "ScalarTensor": lambda: tensortools.ScalarTensor(3, 1.5, dtype=torch.float64),
+    "MetadataTensor": lambda: tensortools.MetadataTensor(
+        torch.arange(9.0, dtype=torch.float64).reshape(3, 3), {"k": 1}
+    ),
+    "user type": lambda: Unit._make(torch.arange(9.0, dtype=torch.float64).reshape(3, 3)),
+}
+BINARY = {
+    "a + b": lambda a, b: a + b,
+    "a - b": lambda a, b: a - b,
+    "a * b": lambda a, b: a * b,
+    "a @ b": lambda a, b: a @ b,
+    "torch.add(a, b, alpha=2)": lambda a, b: torch.add(a, b, alpha=2),
+    "torch.mul(input=a, other=b)": lambda a, b: torch.mul(input=a, other=b),
+    "torch.maximum(a, b)": lambda a, b: torch.maximum(a, b),
+    "torch.where(a > 1, a, b)": lambda a, b: torch.where(torch.ones(3, 3) > 0, a, b),
+    "torch.cat([a, b])": lambda a, b: torch.cat([a, b]),
+    "torch.stack((a, b))": lambda a, b: torch.stack((a, b)),
+}
+
+
+def _dense(x):
+    if isinstance(x, tensortools.ScalarTensor):
+        return x.tensor()
+    with torch._C.DisableTorchFunctionSubclass():
+        return x.as_subclass(torch.Tensor) if isinstance(x, torch.Tensor) else x
+
+
+@pytest.mark.parametrize("order", ["logged first", "logged second"])
+@pytest.mark.parametrize("other", OTHERS)
+@pytest.mark.parametrize("call", BINARY)
+def test_one_record_per_call_with_another_type_in_either_order(call, other, order):
+    """A call of a LoggingTensor with another overriding type is one record (the user's
+    call, never the calls the other type's handler makes), and its values are the plain
+    computation's."""
+    logged = LoggingTensor(torch.linspace(-2.0, 2.0, 9, dtype=torch.float64).reshape(3, 3))
+    typed = OTHERS[other]()
+    a, b = (logged, typed) if order == "logged first" else (typed, logged)
+    with capture_logs() as logs:
+        got = BINARY[call](a, b)
+    assert len(logs) == 1, [r.function for r in logs]
+    want = BINARY[call](_dense(a), _dense(b))
+    torch.testing.assert_close(_dense(got), _dense(want), rtol=0, atol=0)
+
+
+class Echo(logging.Handler):
+    """A handler whose emit computes with LoggingTensors (as a user's summary might)."""
+
+    def __init__(self, x):
+        super().__init__()
+        self.x, self.seen = x, []
+
+    def emit(self, record):
+        self.seen.append(record.function)
+        self.total = (self.x * 2).sum() + torch.cat([self.x, self.x]).mean()
+
+
+def test_a_handler_that_uses_logging_tensors_is_not_recorded_again():
+    x = LoggingTensor(torch.ones(3))
+    logger = logging.getLogger("tensortools.logging")
+    handler, level = Echo(x), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        with capture_logs() as logs:
+            y = torch.sin(x) + 1
+            torch.nn.functional.relu(y)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    expected = ["torch.sin", "torch.Tensor.add", "torch.nn.functional.relu"]
+    assert handler.seen == expected and [r.function for r in logs] == expected
+    assert float(handler.total) == 7.0
+
+
+def test_a_subclass_handler_that_calls_torch_on_its_arguments_is_one_record():
+    class Doubling(LoggingTensor):
+        pass
+
+    @Doubling.implements(torch.neg)
+    def _neg(input):
+        return (input * -1) + input - input  # three calls on LoggingTensors
+
+    x = Doubling(torch.arange(3.0))
+    with capture_logs() as logs:
+        y = torch.neg(x)
+    assert [r.function for r in logs] == ["torch.neg"]
+    assert torch.equal(_dense(y), -torch.arange(3.0))
+
+
+def test_a_failing_record_leaves_recording_on():
+    x = LoggingTensor(torch.ones(2))
+    with capture_logs() as logs, pytest.raises(RuntimeError):
+        torch.add(x, torch.ones(3))
+    with capture_logs() as after:
+        torch.sin(x)
+    assert [r.failed for r in logs] == ["RuntimeError"] and len(after) == 1

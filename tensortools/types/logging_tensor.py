@@ -15,7 +15,7 @@ from torch import Tensor
 
 from tensortools._native import C as _C
 from tensortools._settings import ThreadStore, pop, push
-from tensortools.dispatch import TensorWrapper
+from tensortools.dispatch import TensorMethod, TensorWrapper
 from tensortools.dispatch.wrapper import keeps_hooks
 
 __all__ = ["LoggingTensor", "CapturedLogs", "CallStats", "capture_logs", "LOGGER_NAME"]
@@ -28,6 +28,10 @@ _logger = logging.getLogger(LOGGER_NAME)
 # push/pop) of the lists their records go to, or None. Other threads' calls never reach
 # them.
 _CAPTURES = ThreadStore()
+# True while the calling thread is inside a recorded call (running it, or handing its
+# record to the logger's handlers): the calls made meanwhile, by another type's handler
+# or by a logging.Handler's emit, are not the user's and are not recorded.
+_RECORDING = ThreadStore()
 
 
 class LoggingTensor(TensorWrapper):
@@ -43,10 +47,14 @@ class LoggingTensor(TensorWrapper):
     ``LoggingTensor(data)``: ``data`` is a tensor (shared, not copied) or anything
     ``torch.as_tensor`` takes.
 
-    With another overriding type in a call (say a MetadataTensor), the call is logged and
-    that type's result is returned as it is: logging observes, the other type's result
-    carries data.
+    With another overriding type in a call (say a MetadataTensor or a ScalarTensor), the
+    call is logged once, whatever the order of the arguments, and that type's result is
+    returned as it is: logging observes (``observes_calls``), the other type's result
+    carries data. Calls made while a call is recorded (inside another type's handler, or
+    by a ``logging.Handler`` that uses LoggingTensors in ``emit``) are not recorded again.
     """
+
+    observes_calls = True
 
     @staticmethod
     def __new__(cls, data: Any) -> LoggingTensor:
@@ -82,19 +90,23 @@ class LoggingTensor(TensorWrapper):
         captures = _CAPTURES.get()
         captures = () if captures is None else [records for _, records in captures["logs"]]
         to_logger = _logger.isEnabledFor(logging.INFO)
-        if not (captures or to_logger) or _compiler_internal():
+        if not (captures or to_logger) or _RECORDING.get() or _compiler_internal():
             return super()._python_torch_function(func, types, args, kwargs)
-        name = _qualified_name(func)
-        arguments = _summary(args, kwargs)
-        start = time.perf_counter()
-        failed = None
+        _RECORDING.set(True)
         try:
-            return super()._python_torch_function(func, types, args, kwargs)
-        except BaseException as exc:  # KeyboardInterrupt too: the call did not return
-            failed = type(exc).__name__
-            raise
+            name = _qualified_name(func)
+            arguments = _summary(args, kwargs)
+            start = time.perf_counter()
+            failed = None
+            try:
+                return super()._python_torch_function(func, types, args, kwargs)
+            except BaseException as exc:  # KeyboardInterrupt too: the call did not return
+                failed = type(exc).__name__
+                raise
+            finally:
+                _emit(name, arguments, time.perf_counter() - start, failed, captures, to_logger)
         finally:
-            _emit(name, arguments, time.perf_counter() - start, failed, captures, to_logger)
+            _RECORDING.set(None)
 
     handled_means = "a handler of its own"
     fallback_means = (
@@ -136,6 +148,8 @@ def _emit(
 def _qualified_name(func: Any) -> str:
     # By the function's own name first: torch.overrides.resolve_name may give an alias
     # (torch.mm is also torch.spmm).
+    if isinstance(func, TensorMethod):  # (a method called on a tensor-like object)
+        func = func.method
     name = getattr(func, "__name__", None)
     if name and getattr(torch, name, None) is func:
         return f"torch.{name}"
@@ -167,7 +181,7 @@ def _describe(obj: Any, depth: int = 0) -> str:
     numbers (which may become data: a fill value, an assigned item) and any other object
     by their type."""
     if isinstance(obj, Tensor):
-        with torch._C.DisableTorchFunctionSubclass():
+        with torch._C.DisableTorchFunction():  # (no call of the user's: no mode sees it)
             dtype = str(obj.dtype).removeprefix("torch.")
             return f"{type(obj).__name__}[{dtype}, {tuple(obj.shape)}]"
     if isinstance(obj, torch.Size):
