@@ -1,0 +1,109 @@
+"""What torch.compile (torch 2.13) cannot compile for any ``torch.Tensor`` subclass that
+uses ``__torch_function__``, MetadataTensor and LoggingTensor among them: the list that
+docs/metadata-tensor.md ("What does not compile") gives.
+
+Each limit is checked on a plain subclass (``class Sub(torch.Tensor): pass``, torch's own
+default ``__torch_function__``) and on MetadataTensor: both must fail alike, which shows
+that the limit is torch's. When a torch release compiles one of them, its test fails
+here with a message saying so: take the case out of the docs' list and out of LIMITS.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from tensortools import MetadataTensor
+
+pytestmark = pytest.mark.slow  # (inductor compiles)
+
+
+class Sub(torch.Tensor):
+    pass
+
+
+MAKERS = {
+    "plain subclass": lambda t: t.as_subclass(Sub),
+    "MetadataTensor": lambda t: MetadataTensor(t, {"k": 1}),
+}
+
+
+def _grad_step(x, w):
+    return ((x * w).sin() + 1).sum()
+
+
+# name -> (backend, function of (x, w), w requires grad). (torch.compile's default
+# backend is inductor.)
+LIMITS = {
+    "matmul (@, mm, linear)": ("inductor", lambda x, w: x @ w, False),
+    "sort": ("inductor", lambda x, w: torch.sort(x, dim=1), False),
+    "topk": ("inductor", lambda x, w: torch.topk(x, 2), False),
+    "cumsum": ("inductor", lambda x, w: torch.cumsum(x, 0), False),
+    "svdvals": ("inductor", lambda x, w: torch.linalg.svdvals(x), False),
+    "an input that requires grad": ("inductor", _grad_step, True),
+    "any call under aot_eager": ("aot_eager", lambda x, w: x + w, False),
+    "x ** 2": ("eager", lambda x, w: x**2, False),
+    "x.T, x.mT (properties that return tensors)": ("eager", lambda x, w: x.T + 1, False),
+}
+
+# What compiles, beside them (so that the limits above are not the whole story).
+WORKS = {
+    "pointwise": ("inductor", lambda x, w: (x * w).sin() + 1, False),
+    "split, chunk, unbind": (
+        "inductor",
+        lambda x, w: (*torch.split(x, [1, 3]), *x.chunk(2, dim=1), *x.unbind(0)),
+        False,
+    ),
+    "reductions and views": (
+        "inductor",
+        lambda x, w: x.sum(0) + x.t().mean(1) + x.reshape(16)[:4] + x.permute(1, 0)[0],
+        False,
+    ),
+    "matmul, sort, topk under the eager backend": (
+        "eager",
+        lambda x, w: (x @ w, torch.sort(x).values, torch.topk(x, 2).values),
+        False,
+    ),
+    "an input that requires grad, eager backend": ("eager", _grad_step, True),
+}
+
+
+def _compile_and_run(kind, backend, func, grad):
+    torch._dynamo.reset()
+    x = MAKERS[kind](torch.randn(4, 4))
+    w = MAKERS[kind](torch.randn(4, 4))
+    if grad:
+        w.requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = torch.compile(func, fullgraph=True, backend=backend)(x, w)
+        if grad:
+            out.backward()
+            assert w.grad is not None
+    return out
+
+
+@pytest.mark.parametrize("kind", MAKERS)
+@pytest.mark.parametrize("limit", LIMITS)
+def test_what_torch_cannot_compile_for_any_subclass_still_fails(limit, kind):
+    backend, func, grad = LIMITS[limit]
+    try:
+        _compile_and_run(kind, backend, func, grad)
+    except Exception:  # noqa: BLE001 - torch's errors differ by case: any failure counts
+        return
+    pytest.fail(
+        f"torch {torch.__version__} now compiles {limit!r} for a {kind} "
+        f"(backend {backend!r}): take it out of LIMITS and out of docs/metadata-tensor.md"
+    )
+
+
+@pytest.mark.parametrize("kind", MAKERS)
+@pytest.mark.parametrize("case", WORKS)
+def test_what_compiles_for_a_subclass(case, kind):
+    backend, func, grad = WORKS[case]
+    out = _compile_and_run(kind, backend, func, grad)
+    if kind == "MetadataTensor":
+        for t in out if isinstance(out, tuple) else (out,):
+            assert isinstance(t, MetadataTensor) and t.metadata == {"k": 1}
