@@ -491,3 +491,30 @@ def test_in_place_on_a_plain_tensor_returns_it_itself(kind, call, path):
         result = IN_PLACE[call](plain, m)
     assert result is plain and type(plain) is torch.Tensor
     assert torch.equal(plain, expected_target) and torch.equal(result, expected)
+
+
+RETURNED_UNWRITTEN = {
+    "plain.to(m) (no conversion: torch returns plain)": lambda plain, m: plain.to(m),
+    "plain.type_as(m)": lambda plain, m: plain.type_as(m),
+    "histogramdd(m, bins=[plain]) bin edges": lambda plain, m: torch.histogramdd(
+        m.reshape(2, 1), [plain.sort().values]
+    ).bin_edges[0],
+}
+
+
+@pytest.mark.parametrize("kind", [MetadataTensor, LoggingTensor, Measured])
+@pytest.mark.parametrize("call", RETURNED_UNWRITTEN)
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_an_argument_returned_unwritten_is_wrapped_as_a_result(kind, call, path):
+    """A call that returns a plain argument it did not write (torch's to() or type_as()
+    returning its input, histogramdd returning the given bin edges) gives a result of the
+    type, as any other result, and leaves the argument plain."""
+    m = kind._make(torch.tensor([1.5, -2.0])) if kind is not MetadataTensor else None
+    m = m if m is not None else MetadataTensor(torch.tensor([1.5, -2.0]), {"k": 1})
+    plain = torch.tensor([0.25, 4.0])
+    context = python_path(kind) if path == "python" else contextlib.nullcontext()
+    with context:
+        result = RETURNED_UNWRITTEN[call](plain, m)
+    assert isinstance(result, kind) and type(plain) is torch.Tensor
+    if kind is MetadataTensor:
+        assert result.metadata == {"k": 1}

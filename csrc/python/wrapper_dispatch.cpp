@@ -46,7 +46,7 @@ namespace {
 // types torch.utils._pytree takes apart (its SUPPORTED_NODES, read live).
 PyObject* g_tensor_type = nullptr;
 PyObject* g_no_wrap = nullptr;
-PyObject* g_wrap_outputs = nullptr;  // wrap_outputs(cls, result, context, args, kwargs)
+PyObject* g_wrap_outputs = nullptr;  // wrap(cls, func, result, context, args, kwargs)
 PyObject* g_overrides = nullptr;
 PyObject* g_pytree_nodes = nullptr;
 
@@ -348,14 +348,19 @@ PyObject* python_path(PyObject* const* argv, Py_ssize_t argc) {
   return PyObject_VectorcallMethod(s_python_path, argv, argc, nullptr);  // cls.<name>(...)
 }
 
-// Results other than one plain strided tensor, wrapped by the Python function (tuples,
-// sparse tensors, ...); the arguments tell it which results are arguments.
-PyObject* wrap_in_python(PyObject* cls, PyObject* result, PyObject* context, PyObject* args,
-                         PyObject* kwargs) {
+// Results other than one new plain strided tensor, wrapped by the Python function
+// (tuples, sparse tensors, an argument the call returned, ...); func and the arguments
+// tell it which arguments the call wrote (those come back as they are).
+PyObject* wrap_in_python(PyObject* cls, PyObject* func, PyObject* result, PyObject* context,
+                         PyObject* args, PyObject* kwargs) {
   PyObject* wrap = Py_NewRef(g_wrap_outputs);
-  PyObject* wrap_args[] = {cls, result, context, args != nullptr ? args : Py_None,
+  PyObject* wrap_args[] = {cls,
+                           func,
+                           result,
+                           context,
+                           args != nullptr ? args : Py_None,
                            kwargs != nullptr ? kwargs : Py_None};
-  PyObject* out = PyObject_Vectorcall(wrap, wrap_args, 5, nullptr);
+  PyObject* out = PyObject_Vectorcall(wrap, wrap_args, 6, nullptr);
   Py_DECREF(wrap);
   return out;
 }
@@ -413,16 +418,18 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
     if (PyObject_TypeCheck(result, reinterpret_cast<PyTypeObject*>(cls))) {
       out = Py_NewRef(result);  // an in-place call returned its argument
     } else {
-      out = wrap_in_python(cls, result, context, args, kwargs);
+      out = wrap_in_python(cls, func, result, context, args, kwargs);
     }
     Py_DECREF(result);
     Py_DECREF(context);
     return out;
   }
   for (PyObject* t : tensors.items()) {
-    if (t == result) {  // a call that returns one of its arguments (in place, out=)
+    if (t == result) {  // one of its arguments (in place, out=, to(): Python decides)
+      PyObject* out = wrap_in_python(cls, func, result, context, args, kwargs);
+      Py_DECREF(result);
       Py_DECREF(context);
-      return result;
+      return out;
     }
   }
 

@@ -16,6 +16,7 @@ from torch.utils._pytree import SUPPORTED_NODES, tree_leaves, tree_map_only
 
 from tensortools._native import C as _C
 from tensortools._settings import OVERRIDES
+from tensortools.dispatch.in_place import written_arguments
 from tensortools.dispatch.table import TorchFunctionTable, refusing_endless_recursion
 
 __all__ = ["NO_WRAP", "TensorWrapper", "argument_tensors", "keeps_hooks", "wrap_outputs"]
@@ -254,11 +255,11 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     @classmethod
     def fallback(cls, func, types, args, kwargs):
         context = cls.context(func, args, kwargs)
-        arguments = argument_tensors(args, kwargs)
+        written = written_arguments(func, args, kwargs)
         result, originals = cls.call_plain(func, types, args, kwargs)
         if func in NO_WRAP:
             return result
-        return wrap_outputs(cls, result, context, originals, arguments)
+        return wrap_outputs(cls, result, context, originals, written)
 
 
 #: Results left as they are: torch's own list (property getters such as .grad) and the
@@ -293,17 +294,18 @@ def wrap_outputs(
     out: Any,
     context: Any,
     originals: dict[int, Tensor],
-    arguments: list[Tensor] | tuple = (),
+    written: list | tuple = (),
 ) -> Any:
     """Every tensor in out (any nesting) as an instance of cls, made by cls.wrap with
-    context; but one of the call's `arguments` that the call returned (in place, ``out=``)
-    is returned as it is, of its own class, and a plain alias that stood for an instance
-    in the call (originals: id(alias) -> instance) is that instance."""
+    context; but an argument the call wrote and returned (`written`: in place, ``out=``;
+    see written_arguments) is returned as it is, of its own class, and a plain alias that
+    stood for an instance in the call (originals: id(alias) -> instance) is that
+    instance."""
 
     def wrap(t: Tensor) -> Tensor:
         if id(t) in originals:  # a plain alias standing for one of our instances
             return originals[id(t)]
-        for a in arguments:  # (by identity: torch.compile traces `is`, not id())
+        for a in written:  # (by identity: torch.compile traces `is`, not id())
             if t is a:
                 return t
         if isinstance(t, cls) or (type(t) is not Tensor and not cls.wrap_foreign):
@@ -327,9 +329,12 @@ def _is_size(x: Any) -> bool:
 _wrapper_torch_function = _C.wrapper_torch_function
 
 
-def _wrap_result(cls: type, result: Any, context: Any, args: tuple, kwargs: dict | None) -> Any:
-    # (the compiled path's results other than one plain strided tensor)
-    return wrap_outputs(cls, result, context, {}, argument_tensors(args or (), kwargs))
+def _wrap_result(
+    cls: type, func: Callable, result: Any, context: Any, args: tuple, kwargs: dict | None
+) -> Any:
+    # (the compiled path's results other than one new plain strided tensor)
+    written = written_arguments(func, args or (), kwargs or {})
+    return wrap_outputs(cls, result, context, {}, written)
 
 
 _C.wrapper_dispatch_setup(Tensor, frozenset(NO_WRAP), _wrap_result, OVERRIDES, SUPPORTED_NODES)

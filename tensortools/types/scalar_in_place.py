@@ -5,90 +5,24 @@ and changes nothing."""
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
-from torch.utils._pytree import tree_leaves
 
 from tensortools.dispatch import CannotHoldResult
+from tensortools.dispatch.in_place import written_arguments
 from tensortools.dispatch.tensor_like import INPLACE_OPERATORS
 from tensortools.types.scalar_tensor import ScalarTensor, densify
 
 __all__: list[str] = []
 
 
-# Tensor dunders that change their first operand: the in-place operators and item
-# assignment (other in-place functions end in a single underscore: add_, zero_, ...).
-_INPLACE_DUNDERS = INPLACE_OPERATORS | {"__setitem__"}
-
-
-def _scalar_tensors(obj: Any) -> list:
-    return [o for o in tree_leaves(obj) if isinstance(o, ScalarTensor)]
-
-
 def mutated(func: Callable, args: tuple, kwargs: dict) -> list:
-    """The ScalarTensors a call would change (each once): those its schema marks as written
-    (torch.ops overloads), its out= arguments, and the first argument (or the tensors of a
-    list there, as torch._foreach_*_ takes) of an in-place function: a name ending in one
-    underscore, an in-place operator, item assignment, inplace=True, module_load."""
-    schema = getattr(func, "_schema", None)
-    if schema is not None:
-        written = [
-            args[i] if i < len(args) else kwargs.get(a.name)
-            for i, a in enumerate(schema.arguments)
-            if a.alias_info is not None and a.alias_info.is_write
-        ]
-        return list({id(t): t for t in _scalar_tensors(written)}.values())
-    targets = _scalar_tensors(kwargs.get("out"))
-    name = getattr(func, "__name__", "")
-    inplace = (
-        name in _INPLACE_DUNDERS
-        or (name.endswith("_") and not name.endswith("__"))
-        or _inplace_argument(func, args, kwargs)
-        or (func == Tensor.module_load and not _argument(args, kwargs, 2, "assign"))
-    )
-    if inplace:
-        first = args[0] if args else kwargs.get(_first_parameter(func))
-        targets += _scalar_tensors(first)
-    return list({id(t): t for t in targets}.values())
-
-
-@functools.cache
-def _first_parameter(func: Callable) -> str | None:
-    """The name of a function's first parameter (torch.nn.init.zeros_(tensor=...))."""
-    try:
-        return next(iter(inspect.signature(func).parameters), None)
-    except (TypeError, ValueError):  # builtins without a signature
-        return None
-
-
-def _argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:
-    return args[index] if len(args) > index else kwargs.get(name)
-
-
-@functools.cache
-def _inplace_position(func: Callable) -> int | None:
-    """The position of a function's `inplace` parameter (torch.nn.functional.relu(input,
-    inplace=False), ...), or None."""
-    try:
-        parameters = list(inspect.signature(func).parameters)
-    except (TypeError, ValueError):  # builtins without a signature
-        return None
-    return parameters.index("inplace") if "inplace" in parameters else None
-
-
-def _inplace_argument(func: Callable, args: tuple, kwargs: dict) -> bool:
-    if "inplace" in kwargs:
-        return bool(kwargs["inplace"])
-    try:
-        position = _inplace_position(func)
-    except TypeError:  # unhashable callables
-        return False
-    return position is not None and len(args) > position and bool(args[position])
+    """The ScalarTensors a call would change (each once): see
+    tensortools.dispatch.in_place.written_arguments."""
+    return [o for o in written_arguments(func, args, kwargs) if isinstance(o, ScalarTensor)]
 
 
 def _is_value_eye(dense: Tensor) -> bool:
