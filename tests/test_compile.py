@@ -159,3 +159,25 @@ def test_scalar_tensor_works_with_graph_breaks():
     expected = f(d, e, x)
     assert type(out[0]) is ScalarTensor and out[0].value == expected[0].value
     assert torch.equal(out[1], expected[1]) and torch.equal(out[2], expected[2])
+
+
+IN_PLACE_COMPILED = {
+    "plain.add_(m)": lambda p, m: p.add_(m),
+    "torch.add(m, 1, out=plain)": lambda p, m: torch.add(m, 1, out=p),
+    "plain.mul_(m).add_(1)": lambda p, m: p.mul_(m).add_(1),
+    "m.add_(plain)": lambda p, m: m.add_(p),
+}
+
+
+@pytest.mark.parametrize("call", IN_PLACE_COMPILED)
+def test_in_place_calls_compile_with_eagers_identity(call):
+    """Compiled (fullgraph) in-place calls return what eager returns: the argument they
+    wrote, of its own class, with the same values."""
+    f = IN_PLACE_COMPILED[call]
+    eager_p, eager_m = torch.arange(3.0), MetadataTensor(torch.ones(3) * 2, {"k": 1})
+    compiled_p, compiled_m = torch.arange(3.0), MetadataTensor(torch.ones(3) * 2, {"k": 1})
+    want = f(eager_p, eager_m)
+    got = torch.compile(f, fullgraph=True, backend="eager")(compiled_p, compiled_m)
+    assert type(got) is type(want) and type(compiled_p) is torch.Tensor
+    assert (got is compiled_p) == (want is eager_p)
+    assert torch.equal(plain(got), plain(want)) and torch.equal(compiled_p, eager_p)

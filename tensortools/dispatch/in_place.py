@@ -8,6 +8,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import Tensor
 from torch.utils._pytree import tree_leaves
 
@@ -35,12 +36,11 @@ def written_arguments(func: Callable, args: tuple, kwargs: dict) -> list:
         ]
         return _distinct(tree_leaves(written))
     targets = tree_leaves(kwargs.get("out"))
-    name = getattr(func, "__name__", "")
+    kind = _kind(func)
     inplace = (
-        name in _INPLACE_DUNDERS
-        or (name.endswith("_") and not name.endswith("__"))
+        kind == "in place"
         or _inplace_argument(func, args, kwargs)
-        or (func == Tensor.module_load and not _argument(args, kwargs, 2, "assign"))
+        or (kind == "module_load" and not _argument(args, kwargs, 2, "assign"))
     )
     if inplace:
         first = args[0] if args else kwargs.get(_first_parameter(func))
@@ -52,35 +52,57 @@ def _distinct(objects: list) -> list:
     return list({id(o): o for o in objects if o is not None}.values())
 
 
-@functools.cache
+# The facts below depend on the function alone: torch.compile takes them as constants (it
+# can trace neither inspect nor string methods on a function's name), read once when it
+# traces a call.
+
+
+@torch.compiler.assume_constant_result
+def _kind(func: Callable) -> str:
+    """ "in place" for a function named as one (a single trailing underscore, an in-place
+    operator, item assignment), "module_load" for Tensor.module_load, else ""."""
+    name = getattr(func, "__name__", "")
+    if name in _INPLACE_DUNDERS or (name.endswith("_") and not name.endswith("__")):
+        return "in place"
+    return "module_load" if func == Tensor.module_load else ""
+
+
+@torch.compiler.assume_constant_result
 def _first_parameter(func: Callable) -> str | None:
     """The name of a function's first parameter (torch.nn.init.zeros_(tensor=...))."""
+    return _signature(func)[0]
+
+
+@torch.compiler.assume_constant_result
+def _inplace_position(func: Callable) -> int | None:
+    """The position of a function's `inplace` parameter (torch.nn.functional.relu(input,
+    inplace=False), ...), or None."""
+    return _signature(func)[1]
+
+
+def _signature(func: Callable) -> tuple[str | None, int | None]:
     try:
-        return next(iter(inspect.signature(func).parameters), None)
+        return _parameters(func)
+    except TypeError:  # unhashable callables
+        return None, None
+
+
+@functools.cache
+def _parameters(func: Callable) -> tuple[str | None, int | None]:
+    try:
+        parameters = list(inspect.signature(func).parameters)
     except (TypeError, ValueError):  # builtins without a signature
-        return None
+        return None, None
+    first = parameters[0] if parameters else None
+    return first, parameters.index("inplace") if "inplace" in parameters else None
 
 
 def _argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:
     return args[index] if len(args) > index else kwargs.get(name)
 
 
-@functools.cache
-def _inplace_position(func: Callable) -> int | None:
-    """The position of a function's `inplace` parameter (torch.nn.functional.relu(input,
-    inplace=False), ...), or None."""
-    try:
-        parameters = list(inspect.signature(func).parameters)
-    except (TypeError, ValueError):  # builtins without a signature
-        return None
-    return parameters.index("inplace") if "inplace" in parameters else None
-
-
 def _inplace_argument(func: Callable, args: tuple, kwargs: dict) -> bool:
     if "inplace" in kwargs:
         return bool(kwargs["inplace"])
-    try:
-        position = _inplace_position(func)
-    except TypeError:  # unhashable callables
-        return False
+    position = _inplace_position(func)
     return position is not None and len(args) > position and bool(args[position])

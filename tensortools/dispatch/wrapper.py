@@ -255,11 +255,11 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     @classmethod
     def fallback(cls, func, types, args, kwargs):
         context = cls.context(func, args, kwargs)
-        written = written_arguments(func, args, kwargs)
+        call = (func, args, kwargs, argument_tensors(args, kwargs))
         result, originals = cls.call_plain(func, types, args, kwargs)
         if func in NO_WRAP:
             return result
-        return wrap_outputs(cls, result, context, originals, written)
+        return wrap_outputs(cls, result, context, originals, call)
 
 
 #: Results left as they are: torch's own list (property getters such as .grad) and the
@@ -294,22 +294,28 @@ def wrap_outputs(
     out: Any,
     context: Any,
     originals: dict[int, Tensor],
-    written: list | tuple = (),
+    call: tuple | None = None,
 ) -> Any:
     """Every tensor in out (any nesting) as an instance of cls, made by cls.wrap with
-    context; but an argument the call wrote and returned (`written`: in place, ``out=``;
-    see written_arguments) is returned as it is, of its own class, and a plain alias that
+    context; but an argument the call wrote and returned (in place, ``out=``; see
+    written_arguments) is returned as it is, of its own class, and a plain alias that
     stood for an instance in the call (originals: id(alias) -> instance) is that
-    instance."""
+    instance. call: (func, args, kwargs, the argument tensors), or None."""
+    written: list | None = None
 
     def wrap(t: Tensor) -> Tensor:
+        nonlocal written
         if id(t) in originals:  # a plain alias standing for one of our instances
             return originals[id(t)]
-        for a in written:  # (by identity: torch.compile traces `is`, not id())
-            if t is a:
-                return t
         if isinstance(t, cls) or (type(t) is not Tensor and not cls.wrap_foreign):
             return t
+        # (by identity: torch.compile traces `is`, not id(); the written arguments only
+        # for a result that is an argument at all)
+        if call is not None and any(t is a for a in call[3]):
+            if written is None:
+                written = written_arguments(call[0], call[1], call[2])
+            if any(t is w for w in written):
+                return t
         try:
             with torch._C.DisableTorchFunctionSubclass():
                 return cls.wrap(t, context)
@@ -333,8 +339,9 @@ def _wrap_result(
     cls: type, func: Callable, result: Any, context: Any, args: tuple, kwargs: dict | None
 ) -> Any:
     # (the compiled path's results other than one new plain strided tensor)
-    written = written_arguments(func, args or (), kwargs or {})
-    return wrap_outputs(cls, result, context, {}, written)
+    args, kwargs = args or (), kwargs or {}
+    call = (func, args, kwargs, argument_tensors(args, kwargs))
+    return wrap_outputs(cls, result, context, {}, call)
 
 
 _C.wrapper_dispatch_setup(Tensor, frozenset(NO_WRAP), _wrap_result, OVERRIDES, SUPPORTED_NODES)
