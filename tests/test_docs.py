@@ -234,7 +234,7 @@ def test_api_reference_builds_without_warnings(tmp_path):
         nn,
         ops,
         reference,
-        types.scalar_tensor,
+        types.scalar,
         types.metadata_tensor,
         types.logging_tensor,
     ]

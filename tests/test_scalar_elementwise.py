@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from scalar_cases import SWEEP_DTYPES, interleaved_failures, matches_dense, special_values
 
 from tensortools import ScalarTensor, coverage
-from tensortools.types.scalar_elementwise import ELEMENTWISE
+from tensortools.types.scalar.elementwise import ELEMENTWISE
 
 DTYPES = SWEEP_DTYPES
 SIZES = [0, 1, 3, 17]

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from scalar_cases import SWEEP_DTYPES, interleaved_failures, special_values
 
 from tensortools import ScalarTensor
-from tensortools.types import scalar_handlers
+from tensortools.types.scalar import FastCode
 
 SIZES = [0, 1, 2, 3, 17]
 PYTHON = ScalarTensor._python_torch_function
@@ -25,7 +25,7 @@ COMPILED = ScalarTensor.__torch_function__
 
 
 def _fast_functions(code):
-    return [f for f, c in ScalarTensor._fast[1].items() if c == code]
+    return [f for f, c in ScalarTensor._fast.codes.items() if c == code]
 
 
 _SAME_SIZE_INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -149,19 +149,19 @@ def reached(monkeypatch):
 
 
 def test_the_record_lists_the_three_kinds_of_call():
-    codes = ScalarTensor._fast[1]
-    assert codes[torch.sin] == codes[torch.Tensor.abs] == scalar_handlers.FAST_ELEMENTWISE
-    assert codes[torch.sum] == codes[torch.Tensor.sum] == scalar_handlers.FAST_SUM
-    assert codes[torch.linalg.norm] == codes[torch.norm] == scalar_handlers.FAST_FROBENIUS
-    assert codes[torch.linalg.svdvals] == scalar_handlers.FAST_SVDVALS
+    codes = ScalarTensor._fast.codes
+    assert codes[torch.sin] == codes[torch.Tensor.abs] == FastCode.ELEMENTWISE
+    assert codes[torch.sum] == codes[torch.Tensor.sum] == FastCode.SUM
+    assert codes[torch.linalg.norm] == codes[torch.norm] == FastCode.FROBENIUS
+    assert codes[torch.linalg.svdvals] == FastCode.SVDVALS
     assert torch.nansum not in codes and torch.amax not in codes  # (the Python path's)
-    assert ScalarTensor._fast[0] is ScalarTensor
+    assert ScalarTensor._fast.result_class is ScalarTensor
 
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Casting complex values to real")  # (d.float(): dense too)
 def test_elementwise_functions_take_both_paths_alike():
-    funcs = _fast_functions(scalar_handlers.FAST_ELEMENTWISE)
+    funcs = _fast_functions(FastCode.ELEMENTWISE)
     assert len(funcs) > 100
     assert _sweep(funcs, SWEEP_DTYPES) > 0
 
@@ -187,10 +187,10 @@ def test_flags_that_are_off_take_both_paths_alike(func, kwargs):
 
 def test_eigenvalues_and_singular_values_take_both_paths_alike():
     funcs = [torch.linalg.eigvals, torch.linalg.eigvalsh, torch.linalg.svdvals]
-    assert {ScalarTensor._fast[1][f] for f in funcs} == {
-        scalar_handlers.FAST_EIGVALS,
-        scalar_handlers.FAST_EIGVALSH,
-        scalar_handlers.FAST_SVDVALS,
+    assert {ScalarTensor._fast.codes[f] for f in funcs} == {
+        FastCode.EIGVALS,
+        FastCode.EIGVALSH,
+        FastCode.SVDVALS,
     }
 
     def values(dtype):
@@ -208,9 +208,7 @@ def test_eigenvalues_and_singular_values_take_both_paths_alike():
 
 
 def test_sums_and_norms_take_both_paths_alike():
-    funcs = _fast_functions(scalar_handlers.FAST_SUM) + _fast_functions(
-        scalar_handlers.FAST_FROBENIUS
-    )
+    funcs = _fast_functions(FastCode.SUM) + _fast_functions(FastCode.FROBENIUS)
     dtypes = [*SWEEP_DTYPES, torch.uint8, torch.int16, torch.int32, torch.uint16, torch.uint64]
 
     def values(dtype):
@@ -274,7 +272,7 @@ def test_a_handler_that_is_not_the_registered_one_takes_the_python_path():
     Swapped.implements(torch.abs)(ScalarTensor.handler_for(torch.neg))
     assert torch.sum(Logged(3, -2.0)).item() == -1.0
     assert torch.abs(Swapped(3, 2.0)).value == -2.0
-    assert torch.sum not in Logged._fast[1] and torch.abs not in Swapped._fast[1]
+    assert torch.sum not in Logged._fast.codes and torch.abs not in Swapped._fast.codes
 
 
 def test_a_subclass_handler_takes_the_python_path():
@@ -288,8 +286,8 @@ def test_a_subclass_handler_takes_the_python_path():
     m = Mine(3, -2.0)
     assert torch.abs(m) == "mine" and torch.sin(m).value == pytest.approx(math.sin(-2.0))
     assert type(torch.sin(m)) is ScalarTensor  # (structured results are ScalarTensors)
-    assert torch.abs not in Mine._fast[1] and torch.sin in Mine._fast[1]
-    assert ScalarTensor._fast[1][torch.abs] == scalar_handlers.FAST_ELEMENTWISE
+    assert torch.abs not in Mine._fast.codes and torch.sin in Mine._fast.codes
+    assert ScalarTensor._fast.codes[torch.abs] == FastCode.ELEMENTWISE
 
 
 def test_malformed_instances_get_the_python_paths_answer():

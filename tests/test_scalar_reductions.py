@@ -11,7 +11,7 @@ import torch
 from scalar_cases import SWEEP_DTYPES, interleaved_failures, matches_dense, special_values
 
 from tensortools import ScalarTensor
-from tensortools.types import scalar_reductions as reductions
+from tensortools.types.scalar import closed_forms, reductions
 
 DTYPES = SWEEP_DTYPES
 SIZES = [0, 1, 2, 3, 17, 64]
@@ -120,8 +120,8 @@ LINALG = {
 REDUCTIONS = (
     *reductions.EXTREMES,
     *reductions.SUMS,
-    *reductions.CLOSED_FORMS,
-    *reductions.NORMS,
+    *closed_forms.CLOSED_FORMS,
+    *closed_forms.NORMS,
 )
 
 

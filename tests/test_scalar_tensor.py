@@ -12,7 +12,7 @@ from scalar_cases import outcome as _run
 
 import tensortools
 from tensortools import ScalarTensor, ops
-from tensortools.types.scalar_handlers import scale_finite
+from tensortools.types.scalar.common import scale_finite
 
 # --- the documented examples -------------------------------------------------------------
 

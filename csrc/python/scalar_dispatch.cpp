@@ -1,22 +1,26 @@
 // ScalarTensor.__torch_function__ in C for its most common calls, which the Python path
-// answers in a few µs but wraps in several more of table lookups and checks:
-//   1  (4 for one with the flags inplace or training, which must be False or None and
-//      passed by keyword, as torch's functional forms pass them)
+// answers in a few µs but wraps in several more of table lookups and checks. The kinds of
+// call (Code below, exported as scalar_fast_codes: Python's FastCode) and the functions
+// of each are listed in one place, tensortools/types/scalar/fast_path.py:
+//   ELEMENTWISE (FLAGGED for one with the flags inplace or training, which must be False
+//      or None and passed by keyword, as torch's functional forms pass them)
 //      an elementwise function of one ScalarTensor, with no other arguments than numbers,
 //      None and False (torch.abs(d), torch.sin(d), d.relu(), F.relu(d), which passes
 //      inplace=False, -d, d > 0, torch.clamp(d, -1, 1), d ** 2): the function on the pair
-//      [value, 0], structured when the second entry stays 0 (scalar_elementwise, and neg
-//      in scalar_handlers);
-//   2  the whole matrix's sum, torch.sum(d) / d.sum() (scalar_handlers._sum);
-//   3  its Frobenius norm, torch.linalg.norm(d) / d.norm() and vector_norm / matrix_norm
-//      without arguments (scalar_reductions._frobenius; torch.norm(d) passes its
-//      defaults by keyword, and takes the Python path);
-//   5-7  torch.linalg.eigvals(d), eigvalsh(d), svdvals(d) without further arguments: N
-//      copies of a number (scalar_linalg._repeated).
-// Each does what the Python handler registered for the call does. Every other call, and
-// every case these leave out (other arguments, N <= 1 or beyond int64, a device other
-// than the CPU, a dtype not listed in `entry`, a result whose off-diagonal entry is not 0,
-// a sum near the dtype's largest number, any error), goes to the class's Python path
+//      [value, 0], structured when the second entry stays 0 (scalar/elementwise.py);
+//   SUM  the whole matrix's sum, torch.sum(d) / d.sum();
+//   FROBENIUS  its Frobenius norm, torch.linalg.norm(d) / d.norm() and vector_norm /
+//      matrix_norm without arguments (torch.norm(d) passes its defaults by keyword, and
+//      takes the Python path);
+//   EIGVALS, EIGVALSH, SVDVALS  torch.linalg.eigvals(d), eigvalsh(d), svdvals(d) without
+//      further arguments: N copies of a number.
+// The arithmetic of SUM, FROBENIUS and the eigenvalues, and the range rules the Python
+// handlers share (in_range, number_passes, lapack_safe), are defined here once and
+// exported to Python (scalar_whole_sum, scalar_frobenius, scalar_repeated,
+// scalar_in_range, scalar_number_passes, scalar_lapack_safe): the Python handlers call
+// them for every device, this path for CPU pairs. Every other call, and every case these
+// leave out (other arguments, N <= 1 or beyond int64, a device other than the CPU, a
+// result whose off-diagonal entry is not 0, any error), goes to the class's Python path
 // (cls._python_torch_function), which defines the behaviour: tests run both paths over
 // the same sweeps and compare.
 //
@@ -26,17 +30,18 @@
 // keyword arguments are the call's own copy, bound before any of it runs, as the Python
 // handler's **kwargs are.
 //
-// What it needs from a class is one record, cls._fast (a tuple, recomputed by
-// tensortools/types/scalar_tensor.py whenever a handler is registered):
+// What it needs from a class is one record, cls._fast (a FastRecord, recomputed by
+// tensortools/types/scalar/tensor.py whenever a handler is registered):
 //   (result_class, codes)
 //   result_class  the class structured results are made of (ScalarTensor)
-//   codes         dict func -> one of the codes above, holding only the functions whose table
-//                 entry is the Python handler the code mirrors (a subclass that registers
-//                 its own handler for one takes the Python path for it)
+//   codes         dict func -> one of the codes, holding only the functions whose table
+//                 entry is the Python handler fast_path.py marked with the code (a subclass
+//                 that registers its own handler for one takes the Python path for it)
 #include "scalar_dispatch.h"
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cmath>
@@ -44,6 +49,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 namespace tensortools::python {
 namespace {
@@ -64,6 +70,12 @@ enum Code : long {
   kEigvalsh = 6,
   kSvdvals = 7
 };
+
+// The codes by the names Python's FastCode gives them.
+constexpr std::pair<const char*, long> kCodeNames[] = {
+    {"ELEMENTWISE", kElementwise}, {"SUM", kSum},         {"FROBENIUS", kFrobenius},
+    {"FLAGGED", kFlagged},         {"EIGVALS", kEigvals}, {"EIGVALSH", kEigvalsh},
+    {"SVDVALS", kSvdvals}};
 
 // The most positional arguments a call on this path may have (clamp(d, min, max) has 3).
 constexpr Py_ssize_t kMostArguments = 8;
@@ -96,6 +108,9 @@ bool entry(const at::Tensor& t, int64_t i, std::complex<double>* value, int64_t*
     case at::kShort:
     case at::kInt:
     case at::kLong:
+    case at::kUInt16:
+    case at::kUInt32:
+    case at::kUInt64:
     case at::kHalf:
     case at::kBFloat16:
     case at::kFloat:
@@ -108,6 +123,20 @@ bool entry(const at::Tensor& t, int64_t i, std::complex<double>* value, int64_t*
   }
   if (t.is_conj() || t.is_neg()) return false;  // (a lazy conjugate or negation: not read)
   const int64_t offset = i * t.stride(0);
+  // (unsigned: as the int64 of the same bits mod 2^64, which integer sums wrap around in)
+  switch (t.scalar_type()) {
+    case at::kUInt16:
+      read(static_cast<const uint16_t*>(t.const_data_ptr())[offset], value, integer);
+      return true;
+    case at::kUInt32:
+      read(static_cast<const uint32_t*>(t.const_data_ptr())[offset], value, integer);
+      return true;
+    case at::kUInt64:
+      read(static_cast<const uint64_t*>(t.const_data_ptr())[offset], value, integer);
+      return true;
+    default:
+      break;
+  }
   if (t.scalar_type() == at::kBool) {
     // a bool's byte as torch reads it: any nonzero byte is True (1)
     *integer = static_cast<const uint8_t*>(t.const_data_ptr())[offset] != 0 ? 1 : 0;
@@ -121,24 +150,41 @@ bool entry(const at::Tensor& t, int64_t i, std::complex<double>* value, int64_t*
 }
 
 // The largest finite number and the smallest normal one of a floating or complex dtype's
-// real part (torch.finfo's max and tiny).
-void limits(at::ScalarType dtype, double* largest, double* tiny) {
+// real part (torch.finfo's max and tiny); false for any other dtype.
+template <typename T>
+void limits_of(double* largest, double* tiny) {
+  *largest = static_cast<double>(std::numeric_limits<T>::max());
+  *tiny = static_cast<double>(std::numeric_limits<T>::min());
+}
+
+bool limits(at::ScalarType dtype, double* largest, double* tiny) {
   switch (c10::toRealValueType(dtype)) {
     case at::kHalf:
-      *largest = static_cast<double>(std::numeric_limits<c10::Half>::max());
-      *tiny = static_cast<double>(std::numeric_limits<c10::Half>::min());
-      return;
+      limits_of<c10::Half>(largest, tiny);
+      return true;
     case at::kBFloat16:
-      *largest = static_cast<double>(std::numeric_limits<c10::BFloat16>::max());
-      *tiny = static_cast<double>(std::numeric_limits<c10::BFloat16>::min());
-      return;
+      limits_of<c10::BFloat16>(largest, tiny);
+      return true;
     case at::kFloat:
-      *largest = std::numeric_limits<float>::max();
-      *tiny = std::numeric_limits<float>::min();
-      return;
+      limits_of<float>(largest, tiny);
+      return true;
+    case at::kDouble:
+      limits_of<double>(largest, tiny);
+      return true;
+    case at::kFloat8_e5m2:
+      limits_of<c10::Float8_e5m2>(largest, tiny);
+      return true;
+    case at::kFloat8_e4m3fn:
+      limits_of<c10::Float8_e4m3fn>(largest, tiny);
+      return true;
+    case at::kFloat8_e5m2fnuz:
+      limits_of<c10::Float8_e5m2fnuz>(largest, tiny);
+      return true;
+    case at::kFloat8_e4m3fnuz:
+      limits_of<c10::Float8_e4m3fnuz>(largest, tiny);
+      return true;
     default:
-      *largest = std::numeric_limits<double>::max();
-      *tiny = std::numeric_limits<double>::min();
+      return false;
   }
 }
 
@@ -158,15 +204,40 @@ PyObject* make(PyObject* klass, PyObject* n, PyObject* pair) {
   return out;
 }
 
+// Entry i of a pair on any device (see entry; a lazy conjugate or negation is resolved);
+// false where there is nothing to read (the meta device, a pair that is not a 1-D strided
+// tensor of more than i entries: an instance someone took apart) or the dtype is not one
+// entry reads.
+bool pair_entry(const at::Tensor& pair, int64_t i, std::complex<double>* value, int64_t* integer) {
+  if (!pair.defined() || pair.is_meta() || pair.layout() != at::kStrided || pair.dim() != 1 ||
+      pair.size(0) <= i) {
+    return false;
+  }
+  if (pair.is_cpu() && !pair.is_conj() && !pair.is_neg()) return entry(pair, i, value, integer);
+  return entry(pair.resolve_conj().resolve_neg().to(at::kCPU), i, value, integer);
+}
+
 // A new 0-d tensor holding number, converted to options' dtype as fill_ converts it (and
-// at::full, which runs fill_): written directly, without fill_'s TensorIterator.
+// at::full, which runs fill_): written directly, without fill_'s TensorIterator, on the
+// CPU (and copied to options' device from there).
 PyObject* number(const c10::Scalar& number, const at::TensorOptions& options) {
-  at::Tensor t = at::empty({}, options);
+  at::Tensor t = at::empty({}, options.device(at::kCPU));
   AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND3(
       at::kHalf, at::kBFloat16, at::kBool, t.scalar_type(), "scalar_dispatch_number",
       [&] { *t.mutable_data_ptr<scalar_t>() = number.to<scalar_t>(); });
+  if (options.device() != t.device()) t = t.to(options.device());
   return THPVariable_Wrap(std::move(t));
 }
+
+// N as the rules use it: N mod 2^64 for integer sums (which wrap around as int64 does) and
+// N as a double (rounded as Python's int * float rounds it).
+struct Count {
+  uint64_t wrapped;
+  double real;
+  bool zero;
+};
+
+Count count(int64_t n) { return {static_cast<uint64_t>(n), static_cast<double>(n), n == 0}; }
 
 // Code 1 (scalar_elementwise's handler): func on the pair, with the call's further
 // arguments (each one that `passes`); the ScalarTensor x itself where func returns the
@@ -202,25 +273,26 @@ PyObject* elementwise(PyObject* klass, PyObject* func, PyObject* args, PyObject*
   return out;
 }
 
-// Code 2 (scalar_handlers._sum): N * value, in int64 for bool and integers (wrapping
-// around as the dense sum does), else in the dtype; nullptr without an error set where a
+// SUM (reductions' whole sum): N * value, in int64 for bool and integers (wrapping around
+// as the dense sum does), else in the dtype; nullptr without an error set where a
 // floating total lies within a factor 4 of the dtype's largest number (the order of the
-// dense additions decides there between a number and infinity).
-PyObject* whole_sum(int64_t n, const at::Tensor& pair) {
+// dense additions decides there between a number and infinity) or the pair cannot be
+// read here (the dense call then answers).
+PyObject* whole_sum(Count n, const at::Tensor& pair) {
   std::complex<double> v;
   int64_t integer = 0;
-  if (!entry(pair, 0, &v, &integer)) return nullptr;
+  if (!pair_entry(pair, 0, &v, &integer)) return nullptr;
   const at::ScalarType dtype = pair.scalar_type();
   if (!floating_or_complex(dtype)) {
-    const auto total = static_cast<uint64_t>(n) * static_cast<uint64_t>(integer);
+    const auto total = n.wrapped * static_cast<uint64_t>(integer);
     return number(static_cast<int64_t>(total), pair.options().dtype(at::kLong));
   }
-  if (n == 0) return number(0, pair.options());  // (also for an infinite value)
+  if (n.zero) return number(0, pair.options());  // (also for an infinite value)
   double largest, tiny;
-  limits(dtype, &largest, &tiny);
+  if (!limits(dtype, &largest, &tiny)) return nullptr;
   double totals[2] = {v.real(), v.imag()};
   for (double& total : totals) {
-    total = static_cast<double>(n) * total + 0.0;  // (+0 for -0: torch's sums start at +0)
+    total = n.real * total + 0.0;  // (+0 for -0: torch's sums start at +0)
     const double size = std::fabs(total);
     if (largest / 4 < size && size < 4 * largest) return nullptr;
     if (size >= 4 * largest) total = std::copysign(INFINITY, total);
@@ -231,65 +303,100 @@ PyObject* whole_sum(int64_t n, const at::Tensor& pair) {
   return number(totals[0], pair.options());
 }
 
-// _in_range of scalar_reductions: x is 0 or well inside the dtype's normal range.
+// Whether a magnitude the dense call computes on the way (a sum, a sum of squares) lies
+// well inside the dtype's normal range: 0, or between 4 * tiny and largest / 4. There the
+// order of the dense call's additions and roundings cannot decide between a number and
+// infinity or zero.
 bool in_range(double x, double largest, double tiny) {
   x = std::fabs(x);
   return x == 0 || (4 * tiny <= x && x <= largest / 4);
 }
 
-// Code 3 (scalar_reductions._frobenius): sqrt(N) * |value| in the dtype's real dtype;
-// nullptr without an error set where the dense sum of squares could leave the range.
-PyObject* frobenius(int64_t n, const at::Tensor& pair) {
+// |v| as Python's abs() gives it for the number tolist() reads: fabs of a real value (a
+// NaN keeps its payload), and for a complex one the modulus, infinite where a part is,
+// NaN (Python's own) where a part is NaN; false where it overflows (Python's
+// OverflowError).
+bool modulus(std::complex<double> v, bool complex, double* out) {
+  if (!complex) {
+    *out = std::fabs(v.real());
+    return true;
+  }
+  if (std::isinf(v.real()) || std::isinf(v.imag())) {
+    *out = std::isinf(v.real()) ? std::fabs(v.real()) : std::fabs(v.imag());
+    return true;
+  }
+  if (std::isnan(v.real()) || std::isnan(v.imag())) {
+    *out = std::numeric_limits<double>::quiet_NaN();
+    return true;
+  }
+  *out = std::hypot(v.real(), v.imag());
+  return std::isfinite(*out);
+}
+
+// FROBENIUS (closed_forms' whole-matrix norm): sqrt(N) * |value| in the dtype's real
+// dtype; nullptr without an error set where the dense sum of squares could leave the
+// range (or the pair cannot be read here).
+PyObject* frobenius(Count n, const at::Tensor& pair) {
   const at::ScalarType dtype = pair.scalar_type();
   std::complex<double> v;
   int64_t integer = 0;
-  if (!floating_or_complex(dtype) || !entry(pair, 0, &v, &integer)) return nullptr;
-  const double a = std::hypot(v.real(), v.imag());
-  if (std::isinf(a) && std::isfinite(v.real()) && std::isfinite(v.imag())) {
-    return nullptr;  // (a modulus beyond double: the Python path's OverflowError)
-  }
-  if (std::isnan(a)) return nullptr;  // (which NaN, its sign and payload: Python's abs)
-  const auto options = pair.options().dtype(c10::toRealValueType(dtype));
-  if (n == 0 || a == 0 || !std::isfinite(a)) return number(n ? a : 0.0, options);
-  double largest, tiny;
-  limits(dtype, &largest, &tiny);
-  if (!(in_range(a * a, largest, tiny) &&
-        in_range(static_cast<double>(n) * a * a, largest, tiny))) {
+  double largest, tiny, a;
+  if (!floating_or_complex(dtype) || !limits(dtype, &largest, &tiny) ||
+      !pair_entry(pair, 0, &v, &integer) || !modulus(v, c10::isComplexType(dtype), &a)) {
     return nullptr;
   }
-  return number(std::sqrt(static_cast<double>(n)) * a, options);
+  const auto options = pair.options().dtype(c10::toRealValueType(dtype));
+  if (n.zero || a == 0 || !std::isfinite(a)) return number(n.zero ? 0.0 : a, options);
+  if (!(in_range(a * a, largest, tiny) && in_range(n.real * a * a, largest, tiny))) {
+    return nullptr;
+  }
+  return number(std::sqrt(n.real) * a, options);
 }
 
-// scalar_elementwise._setting for a number the call passes on: 1 where the Python handler
-// passes it to the function as it is, 0 where it does not (a nonzero finite number that
-// the result's floating dtype holds only as 0 or infinity: the dense call decides there)
-// or where this file does not decide (an int beyond int64, a dtype `limits` lacks).
+// Whether a nonzero finite number x (an int or a float) that an elementwise call passes
+// on goes to the function on the pair as it is: not where the result's floating dtype
+// holds it only as 0 or infinity (torch rounds it to the dtype on some paths and not on
+// others, so the dense call decides), nor where torch takes no such number (an int
+// beyond 64 bits). 1 or 0; -1 with an error set.
 int number_passes(PyObject* x, const at::Tensor& pair) {
   c10::Scalar scalar;
   double magnitude;
-  if (PyLong_CheckExact(x)) {
+  if (PyLong_Check(x)) {
     int overflow = 0;
     const long long v = PyLong_AsLongLongAndOverflow(x, &overflow);
-    if (overflow != 0 || (v == -1 && PyErr_Occurred())) {
-      PyErr_Clear();
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (overflow > 0) {  // (torch takes ints up to 2^64 - 1, as uint64)
+      const unsigned long long u = PyLong_AsUnsignedLongLong(x);
+      if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+      }
+      scalar = c10::Scalar(static_cast<uint64_t>(u));
+      magnitude = static_cast<double>(u);
+    } else if (overflow < 0) {
       return 0;
+    } else {
+      if (v == 0) return 1;
+      scalar = c10::Scalar(static_cast<int64_t>(v));
+      magnitude = std::fabs(static_cast<double>(v));
     }
-    if (v == 0) return 1;
-    scalar = c10::Scalar(static_cast<int64_t>(v));
-    magnitude = std::fabs(static_cast<double>(v));
-  } else {  // an exact float
+  } else if (PyFloat_Check(x)) {
     const double v = PyFloat_AS_DOUBLE(x);
     if (v == 0 || !std::isfinite(v)) return 1;
     scalar = c10::Scalar(v);
     magnitude = std::fabs(v);
+  } else {
+    return 1;
   }
-  at::ScalarType dtype = c10::toRealValueType(at::result_type(pair, scalar));
+  at::ScalarType dtype;
+  try {
+    dtype = c10::toRealValueType(at::result_type(pair, scalar));
+  } catch (const std::exception&) {
+    return 0;  // (no promotion torch has: the dense call's error)
+  }
   if (!c10::isFloatingType(dtype)) return 1;
-  if (dtype != at::kHalf && dtype != at::kBFloat16 && dtype != at::kFloat && dtype != at::kDouble) {
-    return 0;
-  }
   double largest, tiny;
-  limits(dtype, &largest, &tiny);
+  if (!limits(dtype, &largest, &tiny)) return 0;
   return tiny <= magnitude && magnitude <= largest ? 1 : 0;
 }
 
@@ -299,7 +406,11 @@ int number_passes(PyObject* x, const at::Tensor& pair) {
 // training; so are strings, dtypes, tensors and other ScalarTensors.)
 bool passes(PyObject* x, const at::Tensor& pair) {
   if (x == Py_None || x == Py_False) return true;
-  if (PyLong_CheckExact(x) || PyFloat_CheckExact(x)) return number_passes(x, pair) == 1;
+  if (PyLong_CheckExact(x) || PyFloat_CheckExact(x)) {
+    const int verdict = number_passes(x, pair);
+    if (verdict < 0) PyErr_Clear();  // (the Python path decides, and raises)
+    return verdict == 1;
+  }
   return false;
 }
 
@@ -328,34 +439,46 @@ bool all_pass(PyObject* args, PyObject* kwargs, const at::Tensor& pair, bool fla
   return true;
 }
 
-// Codes 5-7 (scalar_linalg._repeated, for a value scalar_linalg._usable accepts): N copies
-// of the value, as complex (eigvals), of its real part (eigvalsh) or of its modulus
-// (svdvals). _usable: one of LAPACK's dtypes, N > 0, a finite value that is 0 or normal
-// (not subnormal) and, for a complex one, whose modulus lies well inside the range;
-// nullptr without an error set for any other (the Python path then leaves it to LAPACK).
-PyObject* repeated(long code, int64_t n, const at::Tensor& pair) {
+// Whether the dense LAPACK routines (det, inverse) treat value * I exactly: one of their
+// dtypes, and a finite value that is 0 or normal (on subnormals they scale by an
+// overflowing reciprocal and return NaN). With `usable` (the eigenvalue, Cholesky, solve
+// routines), also a complex value whose modulus lies well inside the range (LAPACK's own
+// scaling decides near the limits).
+bool lapack_safe(const at::Tensor& pair, bool usable) {
   const at::ScalarType dtype = pair.scalar_type();
-  if (n == 0 || (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kComplexFloat &&
-                 dtype != at::kComplexDouble)) {
-    return nullptr;
+  if (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kComplexFloat &&
+      dtype != at::kComplexDouble) {
+    return false;
   }
   std::complex<double> v;
   int64_t integer = 0;
-  if (!entry(pair, 0, &v, &integer) || !std::isfinite(v.real()) || !std::isfinite(v.imag())) {
-    return nullptr;
+  if (!pair_entry(pair, 0, &v, &integer) || !std::isfinite(v.real()) || !std::isfinite(v.imag())) {
+    return false;
   }
   double largest, tiny;
   limits(dtype, &largest, &tiny);
   const double modulus = std::hypot(v.real(), v.imag());
-  if (modulus != 0 && modulus < tiny) return nullptr;  // (subnormal: LAPACK's NaN)
-  if (c10::isComplexType(dtype) && !in_range(modulus, largest, tiny)) return nullptr;
+  if (modulus != 0 && modulus < tiny) return false;
+  return !(usable && c10::isComplexType(dtype) && !in_range(modulus, largest, tiny));
+}
+
+// EIGVALS, EIGVALSH, SVDVALS (linalg's eigenvalues, for N > 0 and a value lapack_safe
+// finds usable): N copies of the value, as complex (eigvals), of its real part (eigvalsh)
+// or of its modulus (svdvals); nullptr without an error set for any other (the Python
+// path then leaves it to LAPACK).
+PyObject* repeated(long code, int64_t n, const at::Tensor& pair) {
+  if (n <= 0 || !lapack_safe(pair, true)) return nullptr;
+  std::complex<double> v;
+  int64_t integer = 0;
+  pair_entry(pair, 0, &v, &integer);
+  const at::ScalarType dtype = pair.scalar_type();
   c10::Scalar number;
   at::ScalarType out;
   if (code == kEigvals) {
     number = c10::complex<double>(v.real(), v.imag());
     out = c10::toComplexType(dtype);
   } else {
-    number = code == kEigvalsh ? v.real() : modulus;
+    number = code == kEigvalsh ? v.real() : std::hypot(v.real(), v.imag());
     out = c10::toRealValueType(dtype);
   }
   return THPVariable_Wrap(at::full({n}, number, pair.options().dtype(out)));
@@ -409,9 +532,9 @@ PyObject* fast(PyObject* record, PyObject* cls, PyObject* func, PyObject* args, 
             (!further || all_pass(args, kwargs, pair, code == kFlagged))) {
           out = elementwise(klass, func, args, kwargs, n, pair_object, pair);
         } else if (code == kSum) {
-          out = whole_sum(size, pair);
+          out = whole_sum(count(size), pair);
         } else if (code == kFrobenius) {
-          out = frobenius(size, pair);
+          out = frobenius(count(size), pair);
         } else if (code == kEigvals || code == kEigvalsh || code == kSvdvals) {
           out = repeated(code, size, pair);
         }
@@ -453,6 +576,96 @@ PyMethodDef methods[] = {
      "ScalarTensor.__torch_function__, with its most common calls in C."},
     {nullptr, nullptr, 0, nullptr}};
 
+// -- the rules as Python calls them (tensortools/types/scalar/common.py and the families) --
+
+namespace py = pybind11;
+
+// N (a Python int >= 0, perhaps beyond int64) as a Count.
+Count count_of(const py::int_& n) {
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(n.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (overflow < 0 || (overflow == 0 && v < 0)) throw py::value_error("N must be >= 0");
+  if (overflow == 0) return count(v);
+  const double real = PyLong_AsDouble(n.ptr());
+  if (real == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+  return {static_cast<uint64_t>(PyLong_AsUnsignedLongLongMask(n.ptr())), real, false};
+}
+
+// A new reference from the functions above as a Python answer: None for nullptr without an
+// error set (the caller's NotImplemented).
+py::object answer(PyObject* out) {
+  if (out == nullptr) {
+    if (PyErr_Occurred()) throw py::error_already_set();
+    return py::none();
+  }
+  return py::reinterpret_steal<py::object>(out);
+}
+
+at::ScalarType dtype_of(const py::handle& dtype) {
+  if (!THPDtype_Check(dtype.ptr())) throw py::type_error("'dtype' must be a torch.dtype");
+  return reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+}
+
+void add_rules(py::module_& m) {
+  py::dict codes;
+  for (const auto& [name, code] : kCodeNames) codes[name] = code;
+  m.attr("scalar_fast_codes") = codes;
+  m.def(
+      "scalar_whole_sum",
+      [](const py::int_& n, const at::Tensor& pair) {
+        return answer(whole_sum(count_of(n), pair));
+      },
+      "scalar_whole_sum(N, pair): the whole sum of value * I_N, or None (the dense call's).");
+  m.def(
+      "scalar_frobenius",
+      [](const py::int_& n, const at::Tensor& pair) {
+        return answer(frobenius(count_of(n), pair));
+      },
+      "scalar_frobenius(N, pair): the Frobenius norm of value * I_N, or None.");
+  m.def(
+      "scalar_repeated",
+      [](long code, const py::int_& n, const at::Tensor& pair) {
+        int overflow = 0;
+        const long long size = PyLong_AsLongLongAndOverflow(n.ptr(), &overflow);
+        if (size == -1 && PyErr_Occurred()) throw py::error_already_set();
+        if (overflow != 0 || (code != kEigvals && code != kEigvalsh && code != kSvdvals)) {
+          return py::object(py::none());
+        }
+        return answer(repeated(code, size, pair));
+      },
+      "scalar_repeated(code, N, pair): eigvals, eigvalsh or svdvals of value * I_N, or None.");
+  m.def(
+      "scalar_in_range",
+      [](const py::handle& x, const py::handle& dtype) {
+        double largest, tiny;
+        const at::ScalarType type = dtype_of(dtype);
+        if (!limits(type, &largest, &tiny)) {
+          throw py::type_error("scalar_in_range: 'dtype' must be a floating or complex dtype");
+        }
+        const double value = PyFloat_AsDouble(x.ptr());
+        if (value == -1.0 && PyErr_Occurred()) {
+          if (!PyErr_ExceptionMatches(PyExc_OverflowError)) throw py::error_already_set();
+          PyErr_Clear();  // (an int beyond any double: far outside the range)
+          return false;
+        }
+        return in_range(value, largest, tiny);
+      },
+      "scalar_in_range(x, dtype): whether |x| is 0 or well inside dtype's normal range.");
+  m.def(
+      "scalar_number_passes",
+      [](const py::handle& x, const at::Tensor& pair) {
+        const int verdict = number_passes(x.ptr(), pair);
+        if (verdict < 0) throw py::error_already_set();
+        return verdict == 1;
+      },
+      "scalar_number_passes(x, pair): whether a number goes to a function on the pair as it is.");
+  m.def(
+      "scalar_lapack_safe",
+      [](const at::Tensor& pair, bool usable) { return lapack_safe(pair, usable); },
+      "scalar_lapack_safe(pair, usable): whether LAPACK treats value * I exactly.");
+}
+
 }  // namespace
 
 void add_scalar_dispatch(pybind11::module_& m) {
@@ -471,6 +684,7 @@ void add_scalar_dispatch(pybind11::module_& m) {
   if (g_empty == nullptr || PyModule_AddFunctions(m.ptr(), methods) != 0) {
     throw pybind11::error_already_set();
   }
+  add_rules(m);
 }
 
 }  // namespace tensortools::python

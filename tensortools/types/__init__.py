@@ -2,7 +2,7 @@
 
 from tensortools.types.logging_tensor import CallStats, CapturedLogs, LoggingTensor, capture_logs
 from tensortools.types.metadata_tensor import MetadataTensor
-from tensortools.types.scalar_tensor import ScalarTensor
+from tensortools.types.scalar import ScalarTensor
 
 __all__ = [
     "ScalarTensor",

@@ -1,21 +1,21 @@
 """ScalarTensor's elementwise handlers, derived from one property instead of written one
 by one: an elementwise function f with f(0) = 0 maps ``value * I`` to ``f(value) * I``.
 
-Each function below is applied to the 2-element probe ``[value, 0]`` (a diagonal and an
-off-diagonal entry of the dense matrix, see scalar_handlers), with the call's own further
-arguments when they are numbers (or plain 0-d tensors, strings, None), or another
-ScalarTensor of the same size, whose probe goes alongside (d == e). The probe's result
+Each function below is applied to the pair ``[value, 0]`` (a diagonal and an
+off-diagonal entry of the dense matrix, see :mod:`~tensortools.types.scalar.common`),
+with the call's own further arguments when they are numbers (or plain 0-d tensors,
+strings, None), or another ScalarTensor of the same size, whose pair goes alongside
+(d == e). The pair's result
 has the dtype, rounding and special values of the dense call's; it is structured when the
 off-diagonal entry stays 0 (``cos``, ``exp``, ``clamp(d, min=1)``, ``d > -1`` do not:
 they take the dense path). So the table holds functions that are elementwise: that is
-the one property a function must have to be listed, and the probe checks the other on
+the one property a function must have to be listed, and the pair checks the other on
 every call.
 """
 
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -23,17 +23,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from tensortools.types.scalar_handlers import (
-    FAST_ELEMENTWISE,
-    FAST_FLAGGED,
-    _from_probe,
-    _plain_operand,
-    _probe,
-    _structured,
+from tensortools._native import C as _C
+from tensortools.types.scalar.common import (
+    pair_in,
+    plain_operand,
+    structured,
+    structured_result,
 )
-from tensortools.types.scalar_tensor import ScalarTensor
+from tensortools.types.scalar.tensor import ScalarTensor
 
-__all__: list[str] = []
+__all__ = ["ELEMENTWISE", "flags_of"]
 
 
 def _functions(namespace: Any, names: str) -> list[Callable]:
@@ -43,14 +42,14 @@ def _functions(namespace: Any, names: str) -> list[Callable]:
 
 #: Elementwise functions of one tensor and, besides it, only numbers or settings. Their
 #: method forms (``d.sin()``) come along; in-place forms (``d.sin_()``) keep their own
-#: rules (scalar_in_place).
+#: rules (:mod:`~tensortools.types.scalar.in_place`).
 ELEMENTWISE: tuple[Callable, ...] = tuple(
     _functions(
         torch,
         "abs absolute sign sgn signbit sqrt square sin sinh tan tanh asin arcsin asinh "
         "arcsinh atan arctan atanh arctanh expm1 log1p erf erfinv trunc fix floor ceil round "
         "frac deg2rad rad2deg relu nan_to_num isnan isinf isposinf isneginf angle "
-        # with numbers besides the tensor; the probe tells when the result leaves 0 off
+        # with numbers besides the tensor; the pair tells when the result leaves 0 off
         # the diagonal (clamp(d, min=1), d > -1, d ** 0)
         "clamp clip clamp_min clamp_max pow float_power remainder fmod floor_divide xlogy "
         "copysign bitwise_and bitwise_left_shift bitwise_right_shift logical_and "
@@ -63,30 +62,25 @@ ELEMENTWISE: tuple[Callable, ...] = tuple(
         "relu relu6 elu selu celu leaky_relu hardtanh gelu silu mish hardswish softsign "
         "tanhshrink hardshrink softshrink threshold rrelu",
     )
-    # casts: 0 stays 0 in every dtype, and the probe moves where the matrix would
+    # casts: 0 stays 0 in every dtype, and the pair moves where the matrix would
     + _functions(Tensor, "to double float half bfloat16 int long short char byte bool cpu")
 )
 
 
-def _setting(x: Any, like: ScalarTensor) -> bool:
-    """Whether x can go to the probe as it is: a number or plain 0-d tensor (see
-    _plain_operand), a string, a dtype, device or memory format, or None. A finite
+def _passes_to_pair(x: Any, like: ScalarTensor) -> bool:
+    """Whether x can go to the pair's call as it is: a number or plain 0-d tensor (see
+    plain_operand), a string, a dtype, device or memory format, or None. A finite
     number that the call's floating dtype holds only as 0 or infinity is not: torch
     rounds it to the dtype on some paths and not on others (pow(x, 5e-324) in float32 is
-    1 off the diagonal of a large tensor, 0 on a small one), so the dense call decides."""
+    1 off the diagonal of a large tensor, 0 on a small one), so the dense call decides
+    (C's ``number_passes``, csrc/python/scalar_dispatch.cpp, shared with the compiled
+    path)."""
     if x is None or isinstance(x, (str, torch.dtype, torch.device, torch.memory_format)):
         return True
-    if _plain_operand(x, like) is None:
+    if plain_operand(x, like) is None:
         return False
-    if isinstance(x, (int, float)) and not isinstance(x, bool) and x != 0 and math.isfinite(x):
-        try:
-            dtype = torch.result_type(like._pair, x)
-        except (OverflowError, RuntimeError, TypeError, ValueError):
-            return False  # (an int too large for any dtype: the dense call's error)
-        dtype = dtype.to_real() if dtype.is_complex else dtype
-        if dtype.is_floating_point:
-            info = torch.finfo(dtype)
-            return info.tiny <= abs(x) <= info.max
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return _C.scalar_number_passes(x, like._pair)
     return True
 
 
@@ -96,21 +90,21 @@ def _alike(x: Any, like: ScalarTensor) -> bool:
     return isinstance(x, ScalarTensor) and x.N == like.N and x.device == like.device
 
 
-def _probes_of(args: tuple, kwargs: dict, n: int) -> tuple[tuple, dict]:
+def _pairs_of(args: tuple, kwargs: dict, n: int) -> tuple[tuple, dict]:
     """args and kwargs (flat: settings and ScalarTensors) with each ScalarTensor replaced
-    by its probe, cut to n entries for n <= 1 like the probe it meets."""
+    by its pair, cut to n entries for n <= 1 like the pair it meets."""
 
-    def probe(x: Any) -> Any:
+    def pair(x: Any) -> Any:
         if not isinstance(x, ScalarTensor):
             return x
-        return _probe(x) if n > 1 else _probe(x)[:n]
+        return pair_in(x) if n > 1 else pair_in(x)[:n]
 
-    return tuple(probe(a) for a in args), {k: probe(v) for k, v in kwargs.items()}
+    return tuple(pair(a) for a in args), {k: pair(v) for k, v in kwargs.items()}
 
 
-def _flags(func: Callable) -> tuple[tuple[str, int | None], ...]:
-    """func's flags that the probe must not meet, each with its position among the
-    further arguments (None if keyword-only): inplace (the rules of scalar_in_place) and
+def flags_of(func: Callable) -> tuple[tuple[str, int | None], ...]:
+    """func's flags that the pair must not meet, each with its position among the
+    further arguments (None if keyword-only): inplace (the rules of in_place) and
     training (rrelu's random slope per entry). Builtins have none."""
     try:
         parameters = list(inspect.signature(func).parameters.values())
@@ -124,7 +118,7 @@ def _flags(func: Callable) -> tuple[tuple[str, int | None], ...]:
 
 
 def _elementwise(func: Callable) -> Callable:
-    flags = _flags(func)
+    flags = flags_of(func)
 
     def handler(input: Any, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(input, ScalarTensor):
@@ -134,28 +128,28 @@ def _elementwise(func: Callable) -> Callable:
                 position is not None and len(args) > position and args[position]
             ):
                 return NotImplemented
-        probe = input._pair
+        pair = input._pair
         if args or kwargs:
             further = (*args, *kwargs.values())
-            if not all(_setting(a, input) or _alike(a, input) for a in further):
+            if not all(_passes_to_pair(a, input) or _alike(a, input) for a in further):
                 return NotImplemented
-            # another ScalarTensor of the same size (d == e, maximum(d, e)): its probe,
+            # another ScalarTensor of the same size (d == e, maximum(d, e)): its pair,
             # whose entries meet d's entry for entry
             if any(isinstance(a, ScalarTensor) for a in further):
-                args, kwargs = _probes_of(args, kwargs, input.N)
-        if input.N <= 1 or probe.is_meta:
+                args, kwargs = _pairs_of(args, kwargs, input.N)
+        if input.N <= 1 or pair.is_meta:
             return _small(func, input, args, kwargs)
         try:
-            result = func(probe, *args, **kwargs)
+            result = func(pair, *args, **kwargs)
         except TypeError:
             return NotImplemented  # arguments func does not take: the dense call's error
-        if result is probe:
+        if result is pair:
             return input  # torch returns its input (x.float() of a float32 x): so does this
         if result.is_meta:
             return NotImplemented  # (.to("meta")) no values to look at: the dense call
-        if result.data_ptr() == probe.data_ptr():
+        if result.data_ptr() == pair.data_ptr():
             result = result.clone()  # a view of the pair: the result must not share it
-        return _from_probe(input, result)
+        return structured_result(input, result)
 
     handler.__name__ = f"_elementwise_{getattr(func, '__name__', 'function')}"
     return handler
@@ -165,19 +159,19 @@ def _small(func: Callable, d: ScalarTensor, args: tuple, kwargs: dict) -> Any:
     """The handler's answer for N <= 1 and on the meta device. For N <= 1 there is no
     entry off the diagonal: the dense matrix is empty (nothing computed, so nothing
     raised: 0 // 0 on integers) or one element, for which torch runs its scalar loop
-    rather than its vectorised one (the two can differ in the last bits): the probe is cut
+    rather than its vectorised one (the two can differ in the last bits): the pair is cut
     to match. On the meta device there are no values to look at: the dense call answers."""
-    probe = d._pair
-    if probe.is_meta:
+    pair = d._pair
+    if pair.is_meta:
         return NotImplemented
-    probe = probe[: d.N]
+    pair = pair[: d.N]
     try:
-        part = func(probe, *args, **kwargs)
+        part = func(pair, *args, **kwargs)
     except TypeError:
         return NotImplemented
     if part.is_meta:
         return NotImplemented
-    if part is probe:
+    if part is pair:
         return d
     pair = part.new_zeros(2)
     pair[: d.N] = part
@@ -185,5 +179,4 @@ def _small(func: Callable, d: ScalarTensor, args: tuple, kwargs: dict) -> Any:
 
 
 for _func in ELEMENTWISE:
-    _fast = FAST_FLAGGED if _flags(_func) else FAST_ELEMENTWISE
-    _structured(_func, fast=_fast)(_elementwise(_func))
+    structured(_func)(_elementwise(_func))

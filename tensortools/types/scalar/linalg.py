@@ -1,7 +1,7 @@
 """ScalarTensor's linear algebra: ``value * I_N`` has every eigenvalue and every singular
 value equal to its value (or its modulus), so each of these is the maths of one number.
 
-Each handler runs the call on the 1x1 stand-in ``[[value]]`` where it can: that call
+Each handler runs the call on the 1x1 small matrix ``[[value]]`` where it can: that call
 checks the arguments and the dtype, and gives the result's dtype and type, as the dense
 call would; the handler then scales what it found to N (det is vᴺ, the eigenvalues are N
 copies, the matrix exponential is exp(v) * I). The dense LAPACK routines treat value * I
@@ -20,47 +20,78 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tensortools.types.scalar_handlers import (
-    _LAPACK_DTYPES,
-    FAST_EIGVALS,
-    FAST_EIGVALSH,
-    FAST_SVDVALS,
-    _lapack_safe,
-    _structured,
+from tensortools._native import C as _C
+from tensortools.types.scalar.common import (
     finite,
-    power,
+    in_range,
     scale_finite,
+    small_matrix,
+    structured,
 )
-from tensortools.types.scalar_reductions import _in_range, _stand_in
-from tensortools.types.scalar_tensor import ScalarTensor
+from tensortools.types.scalar.tensor import FastCode, ScalarTensor
 
 __all__: list[str] = []
 
 
+def _lapack_safe(d: ScalarTensor) -> bool:
+    """Whether the dense LAPACK routines (det, inverse) treat value * I exactly: one of
+    their dtypes, and a finite value that is zero or normal. (On subnormals they scale by
+    an overflowing reciprocal and return NaN.) The rule is C's, shared with the compiled
+    path (csrc/python/scalar_dispatch.cpp, lapack_safe)."""
+    return _C.scalar_lapack_safe(d._pair, False)
+
+
+def power(v: Tensor, n: int) -> Tensor:
+    """v ** n for a 0-d tensor v and an int n; complex in double precision, where the
+    angle n * arg(v) keeps its value for large n (float32's pi is 9e-8 off: (-2+0j) ** 33
+    would have an imaginary part of 2e4 in complex64). A complex v on the real axis stays
+    there, as the dense products do: (-1+0j) ** 17 is -1+0j, where pow's angle 17 * pi
+    gives -1-4e-15j, whose logarithm's imaginary part is -pi instead of pi."""
+    if v.is_complex():
+        if v.imag.item() == 0:
+            return torch.complex(torch.pow(v.real, n), torch.zeros_like(v.real))
+        return torch.pow(v.to(torch.complex128), n).to(v.dtype)
+    return torch.pow(v, n)
+
+
+@structured(torch.det, torch.linalg.det)
+def _det(input):
+    if not _lapack_safe(input):
+        return NotImplemented
+    det = power(input._scalar(), input.N)
+    # An overflowing product is left to LAPACK: a complex one is Inf+NaNj there.
+    return det if finite(det.item()) else NotImplemented
+
+
+@structured(torch.inverse, torch.linalg.inv)
+def _inverse(input):
+    if not _lapack_safe(input):
+        return NotImplemented
+    inverse = torch.reciprocal(input._scalar())
+    # The dense inverse raises for 0, and has NaN off the diagonal once the reciprocal
+    # overflows.
+    if not (input._pair.tolist()[0] != 0 and finite(inverse.tolist())):
+        return NotImplemented
+    return ScalarTensor._from_pair(input.N, torch.stack((inverse, torch.zeros_like(inverse))))
+
+
 def _usable(d: Any) -> bool:
-    if not (
-        isinstance(d, ScalarTensor)
-        and d.N > 0
-        and d.dtype in _LAPACK_DTYPES
-        and not d._pair.is_meta
-        and _lapack_safe(d)
-    ):
-        return False
-    v = d._pair.tolist()[0]
-    # a complex value whose modulus nears overflow: LAPACK's own scaling decides
-    return not isinstance(v, complex) or _in_range(math.hypot(v.real, v.imag), d.dtype)
+    """Whether the eigenvalue, Cholesky and solve routines treat d's matrix exactly: N > 0,
+    a value _lapack_safe accepts and, for a complex one, whose modulus lies well inside
+    the range (LAPACK's own scaling decides near the limits)."""
+    return isinstance(d, ScalarTensor) and d.N > 0 and _C.scalar_lapack_safe(d._pair, True)
 
 
 def _one(func: Callable, d: ScalarTensor, *args: Any, **kwargs: Any) -> Any:
-    """func on the 1x1 stand-in [[value]], or NotImplemented where it raises (the dense
+    """func on the 1x1 small matrix [[value]], or NotImplemented where it raises (the dense
     call then raises with the matrix's own sizes)."""
     return _one_of(func, d, 1, *args, **kwargs)
 
 
 def _one_of(func: Callable, d: ScalarTensor, k: int, *args: Any, **kwargs: Any) -> Any:
-    """func on the k x k stand-in value * I_k (k <= 2), or NotImplemented where it raises."""
+    """func on the k x k small matrix value * I_k (k <= 2), or NotImplemented where it raises."""
     try:
-        return func(_stand_in(d, k), *args, **kwargs)
+        return func(small_matrix(d, k), *args, **kwargs)
     except Exception:
         return NotImplemented
 
@@ -69,7 +100,7 @@ def _diagonal(d: ScalarTensor, number: Tensor) -> Any:
     """number * I_N as a ScalarTensor, where number is finite and well inside its dtype's
     range (else the dense call, whose order of operations decides near the limits)."""
     x = number.item()
-    if not (finite(x) and _in_range(abs(x), number.dtype)):
+    if not (finite(x) and in_range(abs(x), number.dtype)):
         return NotImplemented
     return ScalarTensor._from_pair(d.N, torch.stack((number, torch.zeros_like(number))))
 
@@ -88,10 +119,10 @@ def _slogdet_as(kind: type) -> Callable:
 
 def _slogdet(d: ScalarTensor) -> tuple[Tensor, Tensor]:
     """(sign(v)^N, N log|v|) for a value _usable accepts: for a real one on Python
-    numbers; for a complex one from the 1x1 stand-in's, whose sign has torch's rounding."""
+    numbers; for a complex one from the 1x1 small matrix's, whose sign has torch's rounding."""
     pair = d._pair
     if pair.is_complex():
-        sign, logabs = torch.linalg.slogdet(_stand_in(d, 1))
+        sign, logabs = torch.linalg.slogdet(small_matrix(d, 1))
         return power(sign, d.N), logabs * d.N
     v = pair.tolist()[0]
     if v == 0:
@@ -100,8 +131,8 @@ def _slogdet(d: ScalarTensor) -> tuple[Tensor, Tensor]:
     return pair.new_full((), sign), pair.new_full((), d.N * math.log(abs(v)))
 
 
-_structured(torch.slogdet)(_slogdet_as(torch.return_types.slogdet))
-_structured(torch.linalg.slogdet)(_slogdet_as(torch.return_types.linalg_slogdet))
+structured(torch.slogdet)(_slogdet_as(torch.return_types.slogdet))
+structured(torch.linalg.slogdet)(_slogdet_as(torch.return_types.linalg_slogdet))
 
 
 def _near_the_cut(v: complex, n: int, dtype: torch.dtype) -> bool:
@@ -115,7 +146,7 @@ def _near_the_cut(v: complex, n: int, dtype: torch.dtype) -> bool:
     return abs(off) <= 8 * n * torch.finfo(dtype.to_real()).eps
 
 
-@_structured(torch.logdet)
+@structured(torch.logdet)
 def _logdet(input):
     if not _usable(input):
         return NotImplemented
@@ -128,9 +159,9 @@ def _logdet(input):
     return torch.where(sign < 0, torch.full_like(logabs, math.nan), logabs)
 
 
-@_structured(torch.matrix_power, torch.linalg.matrix_power)
+@structured(torch.matrix_power, torch.linalg.matrix_power)
 def _matrix_power(input, n):
-    """The dense call on the 2x2 stand-in, which squares and multiplies value * I_2 as the
+    """The dense call on the 2x2 small matrix, which squares and multiplies value * I_2 as the
     dense call does value * I_N: each product's diagonal entry is v * v plus zeros, so
     each rounds alike (float16 rounds at every squaring; a power of 1.0000001 ** 2**20
     differs from pow's one rounding in the fifth digit)."""
@@ -159,12 +190,12 @@ def _matrix_power(input, n):
     result = _one_of(torch.linalg.matrix_power, input, min(input.N, 2), n)
     if result is NotImplemented:
         return result
-    # (integers: the dense products wrap around as the stand-in's do)
+    # (integers: the dense products wrap around as the small matrix's do)
     pair = result.flatten()[:2] if input.N > 1 else torch.cat((result[0], result.new_zeros(1)))
     return ScalarTensor._from_pair(input.N, pair)
 
 
-@_structured(torch.matrix_exp, torch.linalg.matrix_exp)
+@structured(torch.matrix_exp, torch.linalg.matrix_exp)
 def _matrix_exp(input):
     if not _usable(input):
         return NotImplemented
@@ -172,16 +203,19 @@ def _matrix_exp(input):
     info = torch.finfo(input.dtype.to_real() if input.dtype.is_complex else input.dtype)
     if not math.log(4 * info.tiny) <= real <= math.log(info.max / 4):
         return NotImplemented  # near overflow or underflow the dense squarings decide
-    # on the 2x2 stand-in for N >= 2, not the 1x1: torch computes exp(v) there, more
+    # on the 2x2 small matrix for N >= 2, not the 1x1: torch computes exp(v) there, more
     # exactly than the Padé and squarings it runs on larger matrices (float32 exp(0.5)
     # differs by 2e-5); those run on value * I_2 as on value * I_N, bit for bit
-    stand_in = torch.linalg.matrix_exp(_stand_in(input, min(input.N, 2)))
-    return _diagonal(input, stand_in[0, 0])
+    small = torch.linalg.matrix_exp(small_matrix(input, min(input.N, 2)))
+    return _diagonal(input, small[0, 0])
 
 
-def _repeated(func: Callable, number: Callable[[Any], Any], dtype: Callable) -> Callable:
-    """func's N values (eigenvalues, singular values) as N copies of number(value), in
-    dtype(d.dtype): made on Python numbers, without LAPACK."""
+def _repeated(func: Callable, code: FastCode) -> Callable:
+    """func's N values (eigenvalues, singular values) as N copies of a number of d's value,
+    made without LAPACK by C's ``repeated`` (csrc/python/scalar_dispatch.cpp, which the
+    compiled path runs for the same calls): the value itself as complex (eigvals; code
+    EIGVALS), its real part (eigvalsh, which reads the real part of the diagonal as
+    LAPACK's Hermitian routines do; EIGVALSH), or its modulus (svdvals; SVDVALS)."""
 
     def handler(input, *args, **kwargs):
         if not _usable(input):
@@ -193,28 +227,19 @@ def _repeated(func: Callable, number: Callable[[Any], Any], dtype: Callable) -> 
             args, kwargs = (), {k: v for k, v in kwargs.items() if k != "UPLO"}
         if args or kwargs:
             return NotImplemented  # (svdvals' driver is for CUDA: the dense call decides)
-        pair = input._pair
-        return pair.new_full((input.N,), number(pair.tolist()[0]), dtype=dtype(pair.dtype))
+        values = _C.scalar_repeated(int(code), input.N, input._pair)
+        return NotImplemented if values is None else values
 
     handler.__name__ = f"_repeated_{func.__name__}"
     return handler
 
 
-# value * I has N eigenvalues value (complex, as eigvals gives them; eigvalsh reads the
-# real part of the diagonal, as LAPACK's Hermitian routines do) and N singular values |value|
-# (their calls without further arguments are answered in C too: scalar_dispatch.cpp)
-_structured(torch.linalg.eigvals, fast=FAST_EIGVALS)(
-    _repeated(torch.linalg.eigvals, complex, lambda t: t.to_complex())
-)
-_structured(torch.linalg.eigvalsh, fast=FAST_EIGVALSH)(
-    _repeated(torch.linalg.eigvalsh, lambda v: v.real, lambda t: t.to_real())
-)
-_structured(torch.linalg.svdvals, fast=FAST_SVDVALS)(
-    _repeated(torch.linalg.svdvals, abs, lambda t: t.to_real())
-)
+structured(torch.linalg.eigvals)(_repeated(torch.linalg.eigvals, FastCode.EIGVALS))
+structured(torch.linalg.eigvalsh)(_repeated(torch.linalg.eigvalsh, FastCode.EIGVALSH))
+structured(torch.linalg.svdvals)(_repeated(torch.linalg.svdvals, FastCode.SVDVALS))
 
 
-@_structured(torch.linalg.cholesky)
+@structured(torch.linalg.cholesky)
 def _cholesky(input, *, upper=False):
     if not _usable(input) or input.dtype.is_complex or not isinstance(upper, bool):
         return NotImplemented
@@ -223,7 +248,7 @@ def _cholesky(input, *, upper=False):
     return _diagonal(input, torch.sqrt(input._scalar()))
 
 
-@_structured(torch.pinverse, torch.linalg.pinv)
+@structured(torch.pinverse, torch.linalg.pinv)
 def _pinv(input, *args, **kwargs):
     # the default tolerances only: they keep every singular value of value * I
     # (rtol = N * eps < 1) or, for a zero value, none
@@ -252,13 +277,13 @@ def _divided(A: ScalarTensor, B: Any, rows: int) -> Any:
     if v == 0:
         return NotImplemented  # singular: the dense call's error (or its minimum norm)
     inverse = torch.reciprocal(A._pair[0])
-    if not _in_range(inverse.tolist(), A.dtype):
+    if not in_range(inverse.tolist(), A.dtype):
         return NotImplemented
     out, finite_b = scale_finite(B, inverse)
     return out if bool(finite_b) else NotImplemented
 
 
-@_structured(torch.linalg.solve)
+@structured(torch.linalg.solve)
 def _solve(A, B, *, left=True):
     """X with A X = B (X A = B for left=False): B / value."""
     if not isinstance(left, bool) or (not left and isinstance(B, Tensor) and B.dim() == 1):
@@ -266,11 +291,11 @@ def _solve(A, B, *, left=True):
     return _divided(A, B, -2 if left else -1)
 
 
-@_structured(torch.linalg.lstsq)
+@structured(torch.linalg.lstsq)
 def _lstsq(A, B, rcond=None, *, driver=None):
     """The least-squares solution of A X = B, B / value, with the other fields (rank,
     singular values, residuals) as the driver gives them: from the same call on the 1x1
-    stand-in, widened to N (rank N, N singular values |value|; no residuals for a square
+    small matrix, widened to N (rank N, N singular values |value|; no residuals for a square
     A). With the default tolerance only."""
     if not _usable(A) or type(B) is not Tensor or B.dim() not in (1, 2) or rcond is not None:
         # (with a tolerance given, the rank gelsy finds is its own: 1 of 3 for rcond=2)

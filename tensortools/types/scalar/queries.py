@@ -1,6 +1,7 @@
 """ScalarTensor's queries (``numel``, ``requires_grad``, ``stride``, ...), conversions
-(``bool``, ``float``, ``item``) and views (``T``, ``real``): answered from N, the dtype
-and the device, never from the dense matrix (which may not fit in memory)."""
+(``bool``, ``float``, ``item``), views (``T``, ``real``), diagonals and transposes:
+answered from N, the dtype and the device, never from the dense matrix (which may not fit
+in memory)."""
 
 from __future__ import annotations
 
@@ -11,25 +12,26 @@ import torch
 from torch import Tensor
 
 from tensortools.dispatch import CannotHoldResult
-from tensortools.types.scalar_tensor import ScalarTensor
+from tensortools.types.scalar.common import structured
+from tensortools.types.scalar.tensor import ScalarTensor
 
 __all__: list[str] = []
 
 
-def _stand_in(d: ScalarTensor) -> Tensor:
+def _empty_like_matrix(d: ScalarTensor) -> Tensor:
     """An empty dense matrix of d's dtype and device: it answers every query whose answer
     does not depend on N (dtype, device, layout, autograd state, contiguity) as d's dense
     matrix would, and costs nothing to make."""
     return torch.empty(0, 0, dtype=d.dtype, device=d.device)
 
 
-def _as_stand_in(obj: Any) -> Any:
-    return _stand_in(obj) if isinstance(obj, ScalarTensor) else obj
+def _as_empty_matrix(obj: Any) -> Any:
+    return _empty_like_matrix(obj) if isinstance(obj, ScalarTensor) else obj
 
 
 def _size_free(func: Callable) -> Callable:
     def query(*args, **kwargs):
-        return func(*map(_as_stand_in, args), **kwargs)
+        return func(*map(_as_empty_matrix, args), **kwargs)
 
     return query
 
@@ -97,7 +99,7 @@ for _query in _size_free_queries():
         def _type(input, dtype=None, *args, **kwargs):
             if dtype is not None or args or kwargs:
                 return NotImplemented
-            return Tensor.type(_stand_in(input))
+            return Tensor.type(_empty_like_matrix(input))
 
         ScalarTensor.implements(Tensor.type)(_type)
     else:
@@ -119,7 +121,7 @@ def _stride(input, dim=None):
     strides = (max(input.N, 1), 1)  # the dense matrix is contiguous (torch's strides of N=0)
     if dim is None:
         return strides
-    _stand_in(input).stride(dim)  # an invalid dim raises as on the dense matrix
+    _empty_like_matrix(input).stride(dim)  # an invalid dim raises as on the dense matrix
     return strides[dim]
 
 
@@ -134,7 +136,7 @@ def _is_same_size(input, other):
 
 
 def _one_element(d: ScalarTensor) -> Tensor:
-    """A dense matrix with as many elements as d's, when that is 0 or 1, or a 2 x 2 stand-in
+    """A dense matrix with as many elements as d's, when that is 0 or 1, or a 2 x 2 zero matrix
     otherwise: what conversions to a Python number (which need exactly one element) see."""
     if d.N == 1:
         return d._pair[:1].reshape(1, 1)
@@ -213,8 +215,54 @@ def _real(input):
 @ScalarTensor.implements(Tensor.imag.__get__)
 def _imag(input):
     if not input.dtype.is_complex:
-        return Tensor.imag.__get__(_stand_in(input))  # raises as on the dense matrix
+        return Tensor.imag.__get__(_empty_like_matrix(input))  # raises as on the dense matrix
     return ScalarTensor._from_pair(input.N, input._pair.imag)
 
 
 # In-place functions that act on each element alone: on a ScalarTensor they are applied to
+
+
+# -- diagonals and transposes ---------------------------------------------------------
+
+
+def _diagonal_values(d: ScalarTensor, offset: int, view: bool) -> Any:
+    """The diagonal `offset` of d's matrix. As a view (torch.diagonal), the main diagonal
+    is d's value expanded: reading it costs nothing, writing through it changes d for
+    N = 1 and raises for larger N (its entries share one number); other diagonals are
+    copies, as is everything torch.diag returns."""
+    if not isinstance(offset, int) or abs(offset) >= max(d.N, 1):
+        return NotImplemented  # (the dense call refuses offsets that are not ints)
+    length = d.N - abs(offset)
+    if offset != 0:
+        return d._pair[1].expand(length).clone()
+    diagonal = d._pair[:1].expand(length)
+    return diagonal if view else diagonal.clone()
+
+
+@structured(torch.diag)
+def _diag(input, diagonal=0):
+    return _diagonal_values(input, diagonal, view=False)
+
+
+def _matrix_dim(dim: int) -> int | None:
+    """dim of a 2-D tensor as 0 or 1, or None if out of range or not an int."""
+    return dim % 2 if isinstance(dim, int) and -2 <= dim < 2 else None
+
+
+@structured(torch.diagonal)
+def _diagonal(input, offset=0, dim1=0, dim2=1):
+    if {_matrix_dim(dim1), _matrix_dim(dim2)} != {0, 1}:
+        return NotImplemented  # the dense call raises for equal or invalid dims
+    return _diagonal_values(input, offset, view=True)
+
+
+@structured(torch.transpose)
+def _transpose(input, dim0, dim1):
+    if _matrix_dim(dim0) is None or _matrix_dim(dim1) is None:
+        return NotImplemented
+    return ScalarTensor._from_pair(input.N, input._pair)
+
+
+@structured(torch.t)
+def _t(input):
+    return ScalarTensor._from_pair(input.N, input._pair)

@@ -14,12 +14,12 @@ from torch import Tensor
 from tensortools.dispatch import CannotHoldResult
 from tensortools.dispatch.in_place import written_arguments
 from tensortools.dispatch.tensor_like import INPLACE_OPERATORS
-from tensortools.types.scalar_tensor import ScalarTensor, densify
+from tensortools.types.scalar.tensor import ScalarTensor, densify
 
-__all__: list[str] = []
+__all__ = ["fallback", "written_scalar_tensors"]
 
 
-def mutated(func: Callable, args: tuple, kwargs: dict) -> list:
+def written_scalar_tensors(func: Callable, args: tuple, kwargs: dict) -> list:
     """The ScalarTensors a call would change (each once): see
     tensortools.dispatch.in_place.written_arguments."""
     return [o for o in written_arguments(func, args, kwargs) if isinstance(o, ScalarTensor)]
@@ -88,7 +88,7 @@ def _pair_operand(x: Any, like: ScalarTensor) -> Any:
     return x
 
 
-def mutate(func: Callable, args: tuple, kwargs: dict, targets: list) -> Any:
+def _write(func: Callable, args: tuple, kwargs: dict, targets: list) -> Any:
     name = _name(func)
     target = args[0] if args and args[0] is targets[-1] else None
     # (N of 0 or 1 has no off-diagonal entry to probe; its dense matrix costs nothing)
@@ -137,7 +137,9 @@ def mutate(func: Callable, args: tuple, kwargs: dict, targets: list) -> Any:
     return torch.utils._pytree.tree_map_only(Tensor, lambda r: by_id.get(id(r), r), result)
 
 
-# its pair [value, 0] (see _mutate), whatever N is.
+# In-place elementwise functions: each changes the dense matrix entry by entry, so it
+# changes the diagonal and an off-diagonal entry as it changes the pair [value, 0]
+# (see _write), whatever N is.
 _ELEMENTWISE_INPLACE = frozenset(
     f
     for name in (
@@ -221,3 +223,16 @@ _ELEMENTWISE_INPLACE = frozenset(
     for f in (getattr(Tensor, name, None), getattr(torch, name, None))
     if f is not None
 )
+
+
+def fallback(cls: type, func: Callable, types: tuple, args: tuple, kwargs: dict) -> Any:
+    """ScalarTensor's fallback: run ``func`` with every ScalarTensor replaced by its dense
+    matrix; a call that changes a ScalarTensor in place (or writes into one with ``out=``)
+    changes it as it changes the dense matrix, or raises :class:`CannotHoldResult`."""
+    targets = written_scalar_tensors(func, args, kwargs)
+    if targets:
+        return _write(func, args, kwargs, targets)
+    return func(*densify(args, {}), **densify(kwargs, {}))
+
+
+ScalarTensor.fallback = classmethod(fallback)

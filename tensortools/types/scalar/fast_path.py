@@ -1,0 +1,64 @@
+"""The calls that ``csrc/python/scalar_dispatch.cpp`` answers in C, listed in one place.
+
+That file answers each kind of call (a :class:`FastCode`, which it defines and exports)
+as the Python handler registered for the function does, and hands every other call to
+the Python path. This module marks, for each function listed below, the handler object
+its table entry holds (and every alias holding that same object) with its code; the class
+record ``ScalarTensor._fast`` then lists exactly the functions whose entry is still that
+handler (a subclass that registers its own takes the Python path for it).
+
+Adding a call to the fast path is one entry here and its case in ``fast()`` of
+scalar_dispatch.cpp, whose header names this list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from tensortools.types.scalar import (  # noqa: F401  (the families whose handlers it marks)
+    arithmetic,
+    closed_forms,
+    linalg,
+    reductions,
+)
+from tensortools.types.scalar.elementwise import ELEMENTWISE, flags_of
+from tensortools.types.scalar.tensor import FastCode, ScalarTensor
+
+__all__ = ["ANSWERED_IN_C"]
+
+#: FastCode -> the functions whose handlers the compiled path mirrors for it:
+#: ELEMENTWISE an elementwise function of d with numbers, None and False (elementwise,
+#: and neg of arithmetic); FLAGGED one with the flags inplace or training, passed by
+#: keyword and off; SUM the whole sum (reductions); FROBENIUS the norms' whole-matrix
+#: Frobenius form (closed_forms); EIGVALS, EIGVALSH, SVDVALS without further arguments
+#: (linalg).
+ANSWERED_IN_C: dict[FastCode, tuple[Callable, ...]] = {
+    FastCode.ELEMENTWISE: (torch.neg, *(f for f in ELEMENTWISE if not flags_of(f))),
+    FastCode.FLAGGED: tuple(f for f in ELEMENTWISE if flags_of(f)),
+    FastCode.SUM: (torch.sum,),
+    FastCode.FROBENIUS: (
+        torch.norm,
+        torch.linalg.norm,
+        torch.linalg.vector_norm,
+        torch.linalg.matrix_norm,
+    ),
+    FastCode.EIGVALS: (torch.linalg.eigvals,),
+    FastCode.EIGVALSH: (torch.linalg.eigvalsh,),
+    FastCode.SVDVALS: (torch.linalg.svdvals,),
+}
+
+
+def _mark() -> None:
+    own = ScalarTensor._own_handlers
+    for code, funcs in ANSWERED_IN_C.items():
+        for func in funcs:
+            handler = own[func]
+            ScalarTensor._fast_handlers.update(
+                {f: (handler, code) for f, h in own.items() if h is handler}
+            )
+    ScalarTensor._on_table_change()
+
+
+_mark()

@@ -1,0 +1,264 @@
+"""The layout of tensortools.types.scalar: every module imports alone, the imports among
+its modules point one way (no cycle; the class at the bottom, no handler family under the
+shared helpers), no private name crosses a module border, and the rules the Python
+handlers share with the compiled path (csrc/python/scalar_dispatch.cpp) agree with their
+definitions in plain PyTorch."""
+
+import ast
+import math
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import tensortools
+from tensortools._native import C
+from tensortools.types import scalar
+from tensortools.types.scalar import FastCode, ScalarTensor, fast_path
+
+PACKAGE = pathlib.Path(scalar.__file__).parent
+PREFIX = "tensortools.types.scalar"
+MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+# the handler families: each registers on the class and none may sit under another
+FAMILIES = {
+    "arithmetic",
+    "elementwise",
+    "reductions",
+    "closed_forms",
+    "linalg",
+    "queries",
+    "in_place",
+}
+
+
+def _sibling_imports(module: str) -> list[tuple[str, list[str]]]:
+    """(sibling module, names imported from it) for each import of the package's own
+    modules in `module`'s source, wherever it stands (in a function too)."""
+    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == PREFIX:  # from tensortools.types.scalar import a, b
+                found += [(alias.name, []) for alias in node.names]
+            elif node.module.startswith(PREFIX + "."):
+                found.append((node.module.removeprefix(PREFIX + "."), [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            found += [
+                (a.name.removeprefix(PREFIX + "."), [])
+                for a in node.names
+                if a.name.startswith(PREFIX + ".")
+            ]
+    return found
+
+
+def test_the_package_has_the_documented_modules():
+    assert set(MODULES) == FAMILIES | {"tensor", "common", "fast_path"}
+    for module in MODULES:
+        assert f"``{module}``" in scalar.__doc__, f"{module} missing from the package docstring"
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_each_module_imports_alone_in_a_fresh_interpreter(module):
+    code = (
+        f"import {PREFIX}.{module} as m, torch\n"
+        "from tensortools import ScalarTensor\n"
+        "d = ScalarTensor(3, 2.0)\n"
+        "assert torch.sum(d).item() == 6.0\n"
+        "assert torch.equal(torch.sin(d).tensor(), torch.sin(d.tensor()))\n"
+        "print('ok')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+
+
+def test_imports_point_one_way():
+    graph = {m: {name for name, _ in _sibling_imports(m)} for m in MODULES}
+    for module, targets in graph.items():
+        assert targets <= set(MODULES), f"{module} imports {targets - set(MODULES)}"
+    # no cycle: a topological order exists
+    order, remaining = [], dict(graph)
+    while remaining:
+        ready = [m for m, targets in remaining.items() if targets <= set(order)]
+        assert ready, f"import cycle among {sorted(remaining)}"
+        order += ready
+        for m in ready:
+            del remaining[m]
+    # the class imports none of its package; the shared helpers only the class; no family
+    # imports another family
+    assert graph["tensor"] == set()
+    assert graph["common"] == {"tensor"}
+    for family in FAMILIES:
+        assert not graph[family] & FAMILIES, f"{family} imports {graph[family] & FAMILIES}"
+
+
+def test_no_private_name_crosses_a_module_border():
+    crossing = [
+        f"{module} imports {name} from {source}"
+        for module in MODULES
+        for source, names in _sibling_imports(module)
+        for name in names
+        if name.startswith("_")
+    ]
+    assert not crossing
+
+
+def test_fast_path_lists_every_code_and_only_registered_handlers():
+    assert set(fast_path.ANSWERED_IN_C) == set(FastCode)
+    assert {code.name: int(code) for code in FastCode} == C.scalar_fast_codes
+    codes = ScalarTensor._fast.codes
+    for code, funcs in fast_path.ANSWERED_IN_C.items():
+        for func in funcs:
+            assert codes[func] == code, func
+            assert ScalarTensor._handlers[func] is ScalarTensor._fast_handlers[func][0]
+    # every marked function is one of those listed or an alias sharing its handler
+    listed = {ScalarTensor._handlers[f] for fs in fast_path.ANSWERED_IN_C.values() for f in fs}
+    assert all(ScalarTensor._handlers[f] in listed for f in codes)
+
+
+# -- the rules shared with C, against their definitions -----------------------------------
+
+FLOATING = [
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+    torch.complex128,
+    torch.float8_e5m2,
+    torch.float8_e4m3fn,
+    torch.float8_e5m2fnuz,
+    torch.float8_e4m3fnuz,
+]
+
+
+def _magnitudes(info):
+    edges = [info.tiny, 4 * info.tiny, info.max / 4, info.max]
+    around = [x * f for x in edges for f in (1 - 2**-40, 1, 1 + 2**-40)]
+    return [0.0, -0.0, 1.0, -3.5, math.inf, -math.inf, math.nan, 10**400, *around]
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=str)
+def test_in_range_is_finfos_rule(dtype):
+    info = torch.finfo(dtype.to_real() if dtype.is_complex else dtype)
+    for x in _magnitudes(info):
+        try:
+            size = abs(float(x))
+        except OverflowError:
+            size = math.inf
+        want = size == 0 or 4 * info.tiny <= size <= info.max / 4
+        assert C.scalar_in_range(x, dtype) is want, (x, dtype)
+    with pytest.raises(TypeError, match="dtype"):
+        C.scalar_in_range(1.0, torch.int32)
+    with pytest.raises(TypeError, match="dtype"):
+        C.scalar_in_range(1.0, "float32")
+
+
+@pytest.mark.parametrize(
+    "dtype", [*FLOATING, torch.int32, torch.uint8, torch.bool, torch.int64], ids=str
+)
+def test_number_passes_is_result_types_range(dtype):
+    pair = torch.tensor([1, 0], dtype=dtype)
+    numbers = [1, -7, 2**40, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63) - 1, 1e-300, 5e-324]
+    numbers += [3.5, 1e38, 1e39, 65504.0, 70000.0, 1e-8, 6e-5]
+    for x in numbers:
+        try:
+            result = torch.result_type(pair, x)
+        except (OverflowError, RuntimeError):
+            want = False
+        else:
+            real = result.to_real() if result.is_complex else result
+            if real.is_floating_point:
+                info = torch.finfo(real)
+                want = info.tiny <= abs(x) <= info.max
+            else:
+                want = True
+        assert C.scalar_number_passes(x, pair) is want, (x, dtype)
+
+
+def _dense_sum_reference(d: ScalarTensor):
+    """The whole sum as the dense matrix's sum gives it, for small N."""
+    return torch.sum(d.tensor())
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64]
+    + [torch.int8, torch.uint8, torch.int64, torch.bool, torch.uint16, torch.uint32],
+    ids=str,
+)
+def test_whole_sum_and_frobenius_from_python_and_c_equal_the_dense_call(dtype):
+    values = (
+        [0, 1, 3]
+        if not (dtype.is_floating_point or dtype.is_complex)
+        else [
+            0.0,
+            -0.0,
+            2.5,
+            -1e4,
+            math.inf,
+            math.nan,
+        ]
+    )
+    if dtype == torch.bool:
+        values = [False, True]
+    for value in values:
+        for n in (0, 1, 2, 5):
+            d = ScalarTensor(n, value, dtype=dtype)
+            got = C.scalar_whole_sum(n, d._pair)
+            if got is not None:
+                want = _dense_sum_reference(d)
+                assert got.dtype == want.dtype
+                torch.testing.assert_close(got, want, equal_nan=True, atol=0, rtol=0)
+            if dtype.is_floating_point or dtype.is_complex:
+                norm = C.scalar_frobenius(n, d._pair)
+                if norm is not None:
+                    want = torch.linalg.norm(
+                        d.tensor().to(torch.complex128 if dtype.is_complex else torch.float64)
+                    )
+                    assert norm.dtype == (dtype.to_real() if dtype.is_complex else dtype)
+                    torch.testing.assert_close(
+                        norm.double(), want.double(), equal_nan=True, rtol=1e-2, atol=0
+                    )
+
+
+def test_the_rules_take_n_beyond_int64_and_refuse_what_they_cannot_read():
+    pair = torch.tensor([3, 0], dtype=torch.int64)
+    # integer sums wrap around as int64 does
+    assert C.scalar_whole_sum(2**64 + 5, pair).item() == 15
+    assert C.scalar_whole_sum(2**70, torch.tensor([2.0, 0.0])).item() == 2.0**71
+    assert C.scalar_frobenius(2**70, torch.tensor([2.0, 0.0])).item() == 2.0**35 * 2
+    for taken_apart in (torch.empty(0), torch.ones(2, 2), torch.ones(3, device="meta")):
+        assert C.scalar_whole_sum(3, taken_apart) is None
+        assert C.scalar_frobenius(3, taken_apart) is None
+        assert C.scalar_lapack_safe(taken_apart, True) is False
+    with pytest.raises(ValueError, match="N"):
+        C.scalar_whole_sum(-1, pair)
+
+
+def test_handlers_on_the_meta_device_answer_as_the_dense_call():
+    d = ScalarTensor(3, 2.0, device="meta")
+    for f in (torch.sum, torch.linalg.norm, torch.det, torch.linalg.svdvals):
+        got, want = f(d), f(torch.empty(3, 3, device="meta"))
+        assert got.is_meta and got.shape == want.shape and got.dtype == want.dtype, f
+
+
+def test_every_module_is_in_the_api_or_says_why_not():
+    assert tensortools.types.scalar.ScalarTensor is tensortools.ScalarTensor
+
+
+@pytest.mark.parametrize("weights_only", [True, False])
+def test_files_naming_the_earlier_module_path_load(tmp_path, weights_only):
+    d = ScalarTensor(3, 2.5, dtype=torch.float64)
+    path = tmp_path / "d.pt"
+    torch.save({"d": d}, path)
+    data = path.read_bytes()
+    new, old = b"tensortools.types.scalar.tensor", b"tensortools.types.scalar_tensor"
+    assert new in data
+    # the same file as an earlier version wrote it (a zip: the pickle stored uncompressed,
+    # so only the module name changes; its length is the same)
+    assert len(new) == len(old)
+    path.write_bytes(data.replace(new, old))
+    back = torch.load(path, weights_only=weights_only)["d"]
+    assert type(back) is ScalarTensor and back.N == 3 and torch.equal(back._pair, d._pair)
