@@ -21,7 +21,7 @@ SCALAR_SIZES = (256, 1024, 2048)
 STRUCTURED = "ScalarTensor (structured)"
 DENSE = "dense matrix"
 DENSE_FORMED = "dense, eye * value formed per call"
-#: Elementwise calls of the derived table (scalar_elementwise): transcendental, cheap,
+#: Elementwise calls of the derived table (tensortools.types.scalar.elementwise): transcendental, cheap,
 #: an activation and a comparison.
 ELEMENTWISE_ROWS = {
     "sin(d)": torch.sin,
@@ -30,7 +30,7 @@ ELEMENTWISE_ROWS = {
     "relu(d)": torch.relu,
     "d > 0": lambda t: t > 0,
 }
-#: Reductions (scalar_reductions): a whole-matrix sum and Frobenius norm (cheap passes on
+#: Reductions (tensortools.types.scalar.reductions, closed_forms): a whole-matrix sum and Frobenius norm (cheap passes on
 #: the dense matrix), a reduction along a dim, and a variance.
 REDUCTION_ROWS = {
     "sum(d)": torch.sum,
@@ -38,7 +38,7 @@ REDUCTION_ROWS = {
     "amax(d, 0)": lambda t: torch.amax(t, 0),
     "var(d)": torch.var,
 }
-#: Linear algebra (scalar_linalg); solve(d, x) is timed beside d @ x.
+#: Linear algebra (tensortools.types.scalar.linalg); solve(d, x) is timed beside d @ x.
 LINALG_ROWS = {
     "det(d)": torch.det,
     "slogdet(d)": torch.linalg.slogdet,

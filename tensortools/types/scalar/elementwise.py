@@ -46,7 +46,7 @@ def _functions(namespace: Any, names: str) -> list[Callable]:
 ELEMENTWISE: tuple[Callable, ...] = tuple(
     _functions(
         torch,
-        "abs absolute sign sgn signbit sqrt square sin sinh tan tanh asin arcsin asinh "
+        "abs absolute positive sign sgn signbit sqrt square sin sinh tan tanh asin arcsin asinh "
         "arcsinh atan arctan atanh arctanh expm1 log1p erf erfinv trunc fix floor ceil round "
         "frac deg2rad rad2deg relu nan_to_num isnan isinf isposinf isneginf angle "
         # with numbers besides the tensor; the pair tells when the result leaves 0 off
