@@ -96,19 +96,21 @@ def pop(var: ThreadStore, key: Any, marker: _Entry) -> None:
 class ClassSetting:
     """A setting of a class and its subclasses, read as a class attribute.
 
-    Declared in a class body (``policy = ClassSetting("fallback")``); ``cls.policy`` reads
+    Declared in a class body (``policy = ClassSetting("fallback", storage="_global_policy")``,
+    the class attribute that holds the process-wide value, named at the declaration so that
+    a search for it finds where it comes from); ``cls.policy`` reads
     the value that holds for ``cls`` in the calling thread: along ``cls.__mro__``, the
     first class with a thread override or a process-wide value of its own. A subclass
     declaring a plain value (``policy = "strict"``) gets it as its process-wide value (see
     :meth:`adopt`).
     """
 
-    def __init__(self, default: Any) -> None:
+    def __init__(self, default: Any, *, storage: str) -> None:
         self.default = default
+        self.storage = storage  # the class attribute holding the process-wide value
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
-        self.storage = f"_global_{name.lstrip('_')}"  # where the process-wide value lives
         setattr(owner, self.storage, self.default)
 
     def __get__(self, obj: Any, cls: type | None = None) -> Any:

@@ -21,8 +21,8 @@ SCALAR_SIZES = (256, 1024, 2048)
 STRUCTURED = "ScalarTensor (structured)"
 DENSE = "dense matrix"
 DENSE_FORMED = "dense, eye * value formed per call"
-#: Elementwise calls of the derived table (tensortools.types.scalar.elementwise): transcendental, cheap,
-#: an activation and a comparison.
+#: Elementwise calls of the derived table (tensortools.types.scalar.elementwise):
+#: transcendental, cheap, an activation and a comparison.
 ELEMENTWISE_ROWS = {
     "sin(d)": torch.sin,
     "tanh(d)": torch.tanh,
@@ -30,8 +30,9 @@ ELEMENTWISE_ROWS = {
     "relu(d)": torch.relu,
     "d > 0": lambda t: t > 0,
 }
-#: Reductions (tensortools.types.scalar.reductions, closed_forms): a whole-matrix sum and Frobenius norm (cheap passes on
-#: the dense matrix), a reduction along a dim, and a variance.
+#: Reductions (tensortools.types.scalar.reductions and closed_forms): a whole-matrix sum
+#: and Frobenius norm (cheap passes on the dense matrix), a reduction along a dim, and a
+#: variance.
 REDUCTION_ROWS = {
     "sum(d)": torch.sum,
     "norm(d)": torch.linalg.norm,

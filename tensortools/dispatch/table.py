@@ -81,7 +81,7 @@ def _swap_operands(handler: Callable) -> Callable:
     return reflected
 
 
-_POLICY = ClassSetting("fallback")
+_POLICY = ClassSetting("fallback", storage="_global_policy")
 
 
 class TorchFunctionTable:

@@ -38,8 +38,8 @@ class MetadataTensor(TensorWrapper):
     """
 
     wrap_foreign: ClassVar[bool] = True
-    _merge_policy: ClassVar[MergePolicy] = ClassSetting("first")
-    _tracking: ClassVar[bool] = ClassSetting(True)
+    _merge_policy: ClassVar[MergePolicy] = ClassSetting("first", storage="_global_merge_policy")
+    _tracking: ClassVar[bool] = ClassSetting(True, storage="_global_tracking")
 
     metadata: dict
 

@@ -103,7 +103,7 @@ def _mul(input, other):
 def _div(input, other, *, rounding_mode=None):
     if not isinstance(input, ScalarTensor) or input.N == 0:
         # number / d is inf off the diagonal; an empty matrix divides by an integer 0,
-        # which the probe would refuse
+        # which the pair's call would refuse
         return NotImplemented
     s = plain_operand(other, input)
     if s is None:

@@ -91,7 +91,7 @@ def _pair_operand(x: Any, like: ScalarTensor) -> Any:
 def _write(func: Callable, args: tuple, kwargs: dict, targets: list) -> Any:
     name = _name(func)
     target = args[0] if args and args[0] is targets[-1] else None
-    # (N of 0 or 1 has no off-diagonal entry to probe; its dense matrix costs nothing)
+    # (N of 0 or 1 has no off-diagonal entry to read; its dense matrix costs nothing)
     if (
         target is not None
         and target.N >= 2

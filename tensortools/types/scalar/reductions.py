@@ -43,7 +43,7 @@ __all__: list[str] = []
 
 
 def _widen(t: Tensor, axis: int, n: int, index: bool) -> Tensor:
-    """The stand-in's per-column result t, for n columns: entry 0 is column 0's; column 1
+    """The small matrix's per-column result t, for n columns: entry 0 is column 0's; column 1
     stands for every later column j. For an index result (argmax), column 1's entry is 1
     where it picked the value on the diagonal and 0 where it picked a zero: column j's is
     j or 0 alike."""
