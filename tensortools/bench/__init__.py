@@ -18,7 +18,8 @@ from tensortools.bench.lltm_sequence import (
     format_sequence_table,
     sequence_rows,
 )
-from tensortools.bench.timing import Row, kernel_count, machine_summary, quiet_profiler
+from tensortools.bench.profiling import kernel_count, quiet_profiler
+from tensortools.bench.timing import Row, machine_summary
 
 __all__ = [
     "LLTM_SIZES",

@@ -15,7 +15,7 @@ import sys
 import torch
 
 from tensortools import ops
-from tensortools.bench.timing import quiet_profiler
+from tensortools.bench.profiling import quiet_profiler
 
 
 def _kernel_times_us(fn, name_part: str, repeats: int) -> list[float]:

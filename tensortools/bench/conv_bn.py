@@ -13,10 +13,10 @@ from collections.abc import Callable
 import torch
 
 from tensortools import nn
+from tensortools.bench.profiling import saved_for_backward
 from tensortools.bench.timing import (
     interleaved,
     ratio_notes,
-    saved_for_backward,
     time_call,
     time_ratio,
 )

@@ -10,11 +10,11 @@ import torch
 from torch.utils import benchmark
 
 from tensortools import ops, reference
+from tensortools.bench.profiling import kernel_count
 from tensortools.bench.timing import (
     NOISY_SPREAD,
     Row,
     interleaved,
-    kernel_count,
     ratio_notes,
     time_call,
     time_each,

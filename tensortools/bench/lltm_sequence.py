@@ -16,10 +16,10 @@ import torch
 from torch import Tensor
 
 from tensortools import ops, reference
+from tensortools.bench.profiling import saved_for_backward
 from tensortools.bench.timing import (
     interleaved,
     ratio_notes,
-    saved_for_backward,
     sync,
     time_call,
     time_ratio,
