@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.overrides import handle_torch_function
 
-from tensortools.dispatch import TorchFunctionTable, aliases_of
+from tensortools.dispatch import TorchFunctionTable, WrapperPath, aliases_of
 
 
 class Box(TorchFunctionTable):
@@ -162,36 +162,38 @@ def test_the_compiled_path_record_follows_tables_and_settings():
     class Child(Plain):
         pass
 
-    assert Plain._fast[0] == 1 and Child._fast[0] == 1
+    assert Plain._fast.kind == WrapperPath.WRAP and Child._fast.kind == WrapperPath.WRAP
     Plain.implements(torch.sin)(lambda x: "handled")
-    assert torch.sin in Child._fast[1] and torch.sin(Child(torch.ones(1))) == "handled"
+    assert torch.sin in Child._fast.handlers and torch.sin(Child(torch.ones(1))) == "handled"
     Plain.set_policy("strict")
     try:
-        assert Child._fast[0] == 0  # strict: the Python path answers (and refuses)
+        assert (
+            Child._fast.kind == WrapperPath.PYTHON
+        )  # strict: the Python path answers (and refuses)
     finally:
         Plain.set_policy("fallback")
-    assert Child._fast[0] == 1
+    assert Child._fast.kind == WrapperPath.WRAP
 
     class OwnWrap(TensorWrapper):
         @classmethod
         def wrap(cls, tensor, context):
             return tensor.as_subclass(cls)
 
-    assert OwnWrap._fast[0] == 0  # a hook the compiled path does not know
+    assert OwnWrap._fast.kind == WrapperPath.PYTHON  # a hook the compiled path does not know
 
-    assert MetadataTensor._fast[0] == 2
+    assert MetadataTensor._fast.kind == WrapperPath.WRAP_METADATA
     previous = MetadataTensor.set_tracking(False)
     try:
-        assert MetadataTensor._fast[0] == 3
+        assert MetadataTensor._fast.kind == WrapperPath.PLAIN
     finally:
         MetadataTensor.set_tracking(previous)
     previous = MetadataTensor.set_merge_policy("union")
     try:
-        assert MetadataTensor._fast[0] == 0
+        assert MetadataTensor._fast.kind == WrapperPath.PYTHON
     finally:
         MetadataTensor.set_merge_policy(previous)
-    assert MetadataTensor._fast[0] == 2
-    assert LoggingTensor._fast[0] == 1 and LoggingTensor._fast[2] is not None
+    assert MetadataTensor._fast.kind == WrapperPath.WRAP_METADATA
+    assert LoggingTensor._fast.kind == WrapperPath.WRAP and LoggingTensor._fast.logger is not None
 
 
 @pytest.mark.parametrize(

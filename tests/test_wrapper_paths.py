@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_flatten, tree_map_only
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs, coverage
 from tensortools.coverage.samples import _UNDEFINED_VALUES
-from tensortools.dispatch import TensorWrapper
+from tensortools.dispatch import TensorWrapper, WrapperPath
 
 pytest.importorskip("expecttest", reason="op_db needs the expecttest package")
 
@@ -167,7 +167,7 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_compiled_and_python_paths_agree_on_every_op_db_sample(case):
     cls, tracking = CASES[case]
-    assert cls._fast[0] != 0, "the compiled path is not taken at all"
+    assert cls._fast.kind != WrapperPath.PYTHON, "the compiled path is not taken at all"
     cases = list(coverage.sample_cases(max_samples=2))
     assert len(cases) > 1000
     failures = []
@@ -274,7 +274,7 @@ class Dispatching(TensorWrapper):
 
 
 def test_torch_dispatch_of_a_subclass_sees_calls_on_either_paths_results():
-    assert Dispatching._fast[0] == 0  # (only as_subclass sets the keys it needs)
+    assert Dispatching._fast.kind == WrapperPath.PYTHON  # (only as_subclass sets the keys it needs)
     x = Dispatching._make(torch.ones(3))
     for result in _both_paths(Dispatching, torch.add, x, 1):
         assert torch._C._dispatch_keys(result).has(torch._C.DispatchKey.Python)
@@ -291,7 +291,10 @@ def test_static_hooks_and_hooks_assigned_later_take_the_python_path():
             out.tag = "static"
             return out
 
-    assert Static._fast[0] == 0 and torch.neg(Static._make(torch.ones(1))).tag == "static"
+    assert (
+        Static._fast.kind == WrapperPath.PYTHON
+        and torch.neg(Static._make(torch.ones(1))).tag == "static"
+    )
 
     class Later(TensorWrapper):
         pass
@@ -343,9 +346,9 @@ def test_concurrent_setters_leave_a_record_that_matches_the_settings():
                 t.start()
             for t in threads:
                 t.join()
-            assert MetadataTensor._fast[0] == 0, trial  # union: the Python path
+            assert MetadataTensor._fast.kind == WrapperPath.PYTHON, trial  # union: the Python path
             MetadataTensor.set_merge_policy("first")
-            assert MetadataTensor._fast[0] == 2
+            assert MetadataTensor._fast.kind == WrapperPath.WRAP_METADATA
     finally:
         sys.setswitchinterval(old_interval)
         MetadataTensor.set_merge_policy("first")

@@ -6,20 +6,21 @@
 // call goes to the class's Python path (cls._python_torch_function), which defines the
 // behaviour; so does wrapping any result that is not one plain strided tensor.
 //
-// What the fast path needs from a class is one record, cls._fast (a tuple, recomputed by
-// tensortools/dispatch/wrapper.py whenever a handler is registered or a process-wide
-// setting changes):
+// What the fast path needs from a class is one record, cls._fast (a WrapperRecord, a named
+// tuple, recomputed by tensortools/dispatch/wrapper.py whenever a handler is registered or
+// a process-wide setting changes):
 //   (kind, handlers, logger, captures, carrier)
-//   kind      0: take the Python path; 1: wrap results as the class; 2: the same, each
+//   kind      a WrapperPath (Kind below, exported as wrapper_path_kinds): PYTHON, take the
+//             Python path; WRAP, wrap results as the class; WRAP_METADATA, the same, each
 //             result holding a copy of the metadata of the first argument that carries
-//             any (MetadataTensor); 3: run the plain call alone and return its result as
-//             it is (MetadataTensor with tracking off)
+//             any (MetadataTensor); PLAIN, run the plain call alone and return its result
+//             as it is (MetadataTensor with tracking off)
 //   handlers  the class's handler table: a call with a handler takes the Python path
 //   logger    None, or a logging.Logger: while it is enabled for INFO, the Python path
 //   captures  None, or a per-thread store (tensortools._settings.ThreadStore): while its
 //             value is set in the calling thread, the Python path
-//   carrier   kind 2: the class whose instances carry metadata (MetadataTensor, whatever
-//             the class of the call); else None
+//   carrier   WRAP_METADATA: the class whose instances carry metadata (MetadataTensor,
+//             whatever the class of the call); else None
 //
 // Python code can run in the middle of a call (a property getter, a key's __eq__, a
 // finalizer started by a garbage collection at any allocation) and can change or free
@@ -32,6 +33,8 @@
 // it. wrapper_torch_function_eager is the same function with no stand-in, for a type whose
 // calls must run eagerly under torch.compile (LoggingTensor: a graph break per call).
 #include "wrapper_dispatch.h"
+
+#include <utility>
 
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <c10/util/SmallVector.h>
@@ -61,6 +64,11 @@ PyObject* s_as_subclass = nullptr;
 PyObject* s_info_level = nullptr;  // logging.INFO, 20
 
 enum Kind : long { kPython = 0, kWrap = 1, kWrapMetadata = 2, kPlain = 3 };
+
+// The kinds by the names Python's WrapperPath gives them (exported as wrapper_path_kinds:
+// one definition).
+constexpr std::pair<const char*, long> kKindNames[] = {
+    {"PYTHON", kPython}, {"WRAP", kWrap}, {"WRAP_METADATA", kWrapMetadata}, {"PLAIN", kPlain}};
 
 // References owned by this object, released when it goes.
 class Refs {
@@ -495,6 +503,9 @@ void add_wrapper_dispatch(pybind11::module_& m) {
   if (s_info_level == nullptr || PyModule_AddFunctions(m.ptr(), methods) != 0) {
     throw pybind11::error_already_set();
   }
+  pybind11::dict kinds;
+  for (const auto& [name, kind] : kKindNames) kinds[name] = kind;
+  m.attr("wrapper_path_kinds") = kinds;
 }
 
 }  // namespace tensortools::python

@@ -30,7 +30,13 @@ first result that is not ``NotImplemented`` wins.
 
 from tensortools.dispatch.table import POLICIES, TorchFunctionTable, aliases_of
 from tensortools.dispatch.tensor_like import CannotHoldResult, TensorLike, TensorMethod
-from tensortools.dispatch.wrapper import NO_WRAP, TensorWrapper, wrap_outputs  # noqa: F401
+from tensortools.dispatch.wrapper import (  # noqa: F401
+    NO_WRAP,
+    TensorWrapper,
+    WrapperPath,
+    WrapperRecord,
+    wrap_outputs,
+)
 
 __all__ = [
     "POLICIES",

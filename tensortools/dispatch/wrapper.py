@@ -5,9 +5,10 @@ loading of its instances' attributes."""
 from __future__ import annotations
 
 import copy
+import enum
 import pickle
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -19,7 +20,36 @@ from tensortools._settings import OVERRIDES
 from tensortools.dispatch.in_place import written_arguments
 from tensortools.dispatch.table import TorchFunctionTable, refusing_endless_recursion
 
-__all__ = ["NO_WRAP", "TensorWrapper", "argument_tensors", "keeps_hooks", "wrap_outputs"]
+__all__ = [
+    "NO_WRAP",
+    "TensorWrapper",
+    "WrapperPath",
+    "WrapperRecord",
+    "argument_tensors",
+    "keeps_hooks",
+    "wrap_outputs",
+]
+
+#: The paths csrc/python/wrapper_dispatch.cpp takes for a class's common call, by the
+#: values that file defines (exported from it: one definition): PYTHON (the Python path),
+#: WRAP (results wrapped as the class), WRAP_METADATA (each result with a copy of the first
+#: metadata-carrying argument's metadata), PLAIN (the plain call alone).
+WrapperPath = enum.IntEnum("WrapperPath", _C.wrapper_path_kinds)
+
+
+class WrapperRecord(NamedTuple):
+    """What the compiled path reads from a wrapper class (``cls._fast``)."""
+
+    #: the WrapperPath of the class's common call (as an int)
+    kind: int
+    #: the class's handler table: a call with a handler takes the Python path
+    handlers: dict
+    #: a logging.Logger, or None: while it is enabled for INFO, the Python path
+    logger: Any
+    #: a per-thread store, or None: while its value is set in the thread, the Python path
+    captures: Any
+    #: for WRAP_METADATA, the class whose instances carry metadata; else None
+    carrier: type | None
 
 
 # The class methods whose behaviour the compiled path stands in for.
@@ -57,18 +87,18 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     # csrc/python/wrapper_dispatch.cpp runs a call that has no handler, under the
     # "fallback" policy, with no setting overridden in the calling thread and no other
     # overriding type taking part, as the Python path would: the plain call, its results
-    # wrapped. It reads one record per class, _fast = (kind, handlers, logger, captures,
-    # carrier), which _on_table_change recomputes when the class is made, a handler is
-    # registered or a process-wide setting changes; a class whose hooks it does not know
-    # (its own context, wrap, fallback, ...) gets kind 0, the Python path. (A hook assigned
-    # to a class after it was made is seen once cls._on_settings_change() is called.)
-    _fast: ClassVar[tuple] = (0, {}, None, None, None)
+    # wrapped. It reads one record per class, _fast (a WrapperRecord), which
+    # _on_table_change recomputes when the class is made, a handler is registered or a
+    # process-wide setting changes; a class whose hooks it does not know (its own context,
+    # wrap, fallback, ...) gets the kind PYTHON. (A hook assigned to a class after it was
+    # made is seen once cls._on_settings_change() is called.)
+    _fast: ClassVar[WrapperRecord] = WrapperRecord(WrapperPath.PYTHON, {}, None, None, None)
 
     @classmethod
-    def _fast_kind(cls) -> int:
-        """1 (results wrapped by TensorWrapper.wrap) when the class keeps TensorWrapper's
-        hooks, else 0 (the Python path)."""
-        return 1 if keeps_hooks(cls, TensorWrapper) else 0
+    def _fast_kind(cls) -> WrapperPath:
+        """WRAP (results wrapped by TensorWrapper.wrap) when the class keeps
+        TensorWrapper's hooks, else PYTHON."""
+        return WrapperPath.WRAP if keeps_hooks(cls, TensorWrapper) else WrapperPath.PYTHON
 
     @classmethod
     def _fast_gates(cls) -> tuple:
@@ -78,20 +108,21 @@ class TensorWrapper(TorchFunctionTable, Tensor):
 
     @classmethod
     def _fast_carrier(cls) -> type | None:
-        """For kind 2: the class whose instances among the arguments carry the metadata
-        results take (None: no such class)."""
+        """For WRAP_METADATA: the class whose instances among the arguments carry the
+        metadata results take (None: no such class)."""
         return None
 
     @classmethod
     def _on_table_change(cls) -> None:
+        python = WrapperPath.PYTHON
         try:
-            kind = cls._fast_kind() if cls._global_policy == "fallback" else 0
+            kind = cls._fast_kind() if cls._global_policy == "fallback" else python
             carrier = cls._fast_carrier()
         except NameError:  # a base class of this package, during its own creation: its
-            kind, carrier = 0, None  # module computes the record once the class exists
+            kind, carrier = python, None  # module computes the record once the class exists
         if cls.__torch_dispatch__ is not torch._C._disabled_torch_dispatch_impl:
-            kind = 0  # (its instances need the dispatch keys that only as_subclass sets)
-        cls._fast = (kind, cls._handlers, *cls._fast_gates(), carrier)
+            kind = python  # (its instances need the dispatch keys that only as_subclass sets)
+        cls._fast = WrapperRecord(int(kind), cls._handlers, *cls._fast_gates(), carrier)
 
     @classmethod
     def _python_torch_function(cls, func, types, args=(), kwargs=None):

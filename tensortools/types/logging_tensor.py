@@ -16,7 +16,7 @@ from torch import Tensor
 from tensortools._native import C as _C
 from tensortools._settings import ThreadStore, pop, push
 from tensortools.dispatch import TensorMethod, TensorWrapper
-from tensortools.dispatch.wrapper import keeps_hooks
+from tensortools.dispatch.wrapper import WrapperPath, keeps_hooks
 
 __all__ = ["LoggingTensor", "CapturedLogs", "CallStats", "capture_logs", "LOGGER_NAME"]
 
@@ -71,8 +71,8 @@ class LoggingTensor(TensorWrapper):
     # Python one, which logs ---------------------------------------------------------------
 
     @classmethod
-    def _fast_kind(cls) -> int:
-        return 1 if keeps_hooks(cls, LoggingTensor) else 0
+    def _fast_kind(cls) -> WrapperPath:
+        return WrapperPath.WRAP if keeps_hooks(cls, LoggingTensor) else WrapperPath.PYTHON
 
     @classmethod
     def _fast_gates(cls) -> tuple:

@@ -12,7 +12,7 @@ from torch.utils._pytree import tree_leaves
 
 from tensortools._settings import ClassSetting
 from tensortools.dispatch import TensorWrapper
-from tensortools.dispatch.wrapper import argument_tensors, keeps_hooks
+from tensortools.dispatch.wrapper import WrapperPath, argument_tensors, keeps_hooks
 
 __all__ = ["MetadataTensor", "MERGE_POLICIES", "collate"]
 
@@ -159,14 +159,17 @@ class MetadataTensor(TensorWrapper):
     # -- dispatch: the compiled path of TensorWrapper, and the Python one ----------------
 
     @classmethod
-    def _fast_kind(cls) -> int:
-        # 2: results take a copy of the first argument's metadata; 3: tracking off, the
-        # plain call alone. Other merge policies, and replaced hooks, take the Python path.
+    def _fast_kind(cls) -> WrapperPath:
+        # WRAP_METADATA: results take a copy of the first argument's metadata; PLAIN:
+        # tracking off, the plain call alone. Other merge policies, and replaced hooks,
+        # take the Python path.
         if not keeps_hooks(cls, MetadataTensor):
-            return 0
+            return WrapperPath.PYTHON
         if not cls._global_tracking:
-            return 3
-        return 2 if cls._global_merge_policy == "first" else 0
+            return WrapperPath.PLAIN
+        if cls._global_merge_policy == "first":
+            return WrapperPath.WRAP_METADATA
+        return WrapperPath.PYTHON
 
     @classmethod
     def _fast_carrier(cls) -> type:
