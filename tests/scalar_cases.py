@@ -160,3 +160,153 @@ def outcome(fn, *args):
         return fn(*args), None
     except Exception as exc:  # the dense computation may legitimately raise
         return None, type(exc)
+
+
+# -- sweeps of ScalarTensor handlers against the dense call (reductions, linalg) -------
+
+
+def reduction_calls(func, table):
+    return [((), {})] + [((), a) if isinstance(a, dict) else (a, {}) for a in table[func]]
+
+
+def call_outcome(func, x, args, kwargs):
+    try:
+        return func(x, *args, **kwargs), None
+    except Exception as err:  # the dense call may refuse the dtype or the arguments
+        return None, err
+
+
+def same_result(got, want, where, signed=False):
+    if isinstance(want, tuple):
+        assert type(got) is type(want) and len(got) == len(want), where
+        for g, w in zip(got, want, strict=True):
+            same_result(g, w, where, signed)
+        return
+    got = got.tensor() if isinstance(got, ScalarTensor) else got
+    assert got.dtype == want.dtype and got.shape == want.shape, (where, got, want)
+    if want.dtype.is_floating_point or want.dtype.is_complex:
+        # the dense call adds in its own order (and LAPACK runs its own algorithm): to
+        # torch's tolerance for the dtype
+        torch.testing.assert_close(got, want, equal_nan=True, msg=lambda m: f"{where}: {m}")
+        if signed and want.dtype.is_floating_point:
+            same_signed_zeros(got, want, where)
+
+    else:
+        assert torch.equal(got, want), (where, got, want)
+
+
+#: Reductions whose real zero's sign IEEE arithmetic fixes in any order: a product's is
+#: the parity of its negative factors; a sum of zeros is -0 only if every term is -0.
+#: (Elsewhere the order decides: max(-0, +0), LAPACK's operations, complex parts.)
+SIGNED_ZEROS = {torch.prod, torch.sum, torch.nansum, torch.mean, torch.nanmean}
+
+
+def same_power(got, want, where, k):
+    """A complex k-th power against the dense one: each rounds its products in its own
+    order (the BLAS kernel's, which differs between CPUs), and a relative error e in a
+    factor becomes |k| * e in the power, so the two agree to |k| units in the last
+    place, not to one."""
+    got = got.tensor() if isinstance(got, ScalarTensor) else got
+    assert got.dtype == want.dtype and got.shape == want.shape, (where, got, want)
+    eps = torch.finfo(want.dtype).eps
+    tolerance = max(1.3e-6, 4 * abs(k) * eps)
+    torch.testing.assert_close(
+        got, want, rtol=tolerance, atol=1e-5, equal_nan=True, msg=lambda m: f"{where}: {m}"
+    )
+
+
+def same_signed_zeros(got, want, where):
+    zeros = want == 0
+    assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros])), (where, got, want)
+
+
+def sweep_against_dense(func, table, dtypes, sizes):
+    """Every (dtype, value, size, arguments) against the dense call: the same result (or
+    the same kind of error). Returns how many answered without the dense matrix."""
+    structured = 0
+    handler = ScalarTensor.handler_for(func)
+    for dtype in dtypes:
+        for value in special_values(dtype):
+            for n in sizes:
+                d = ScalarTensor(n, value, dtype=dtype)
+                for args, kwargs in reduction_calls(func, table):
+                    where = (
+                        f"{func.__name__}(ScalarTensor({n}, {value!r}, {dtype}), {args} {kwargs})"
+                    )
+                    got = matches_dense(
+                        lambda x=d, a=args, k=kwargs: func(x, *a, **k),
+                        lambda x=d, a=args, k=kwargs: func(x.tensor(), *a, **k),
+                        where,
+                        lambda got, want, where=where: same_result(
+                            got, want, where, func in SIGNED_ZEROS
+                        ),
+                    )
+                    if got is not None:
+                        structured += handler(d, *args, **kwargs) is not NotImplemented
+    return structured
+
+
+def forbid_dense(monkeypatch):
+    """Make building any ScalarTensor's dense matrix fail the test (monkeypatch undoes it)."""
+
+    def refuse(self):
+        raise AssertionError("the dense matrix was built")
+
+    monkeypatch.setattr(ScalarTensor, "tensor", refuse)
+
+
+def seeded_outcome(call):
+    """(call(), None), or (None, the exception it raised), with the CPU generator seeded."""
+    # (the CPU generator alone: torch.manual_seed also records a stack trace per call for
+    # the accelerators it seeds lazily, which costs more than the calls checked here)
+    torch.default_generator.manual_seed(0)
+    try:
+        return call(), None
+    except Exception as err:  # noqa: BLE001 - the dense call may refuse the case
+        return None, err
+
+
+#: The queries and properties a ScalarTensor answers from N, its dtype and device alone.
+PROPERTIES = [
+    "requires_grad",
+    "is_leaf",
+    "grad",
+    "grad_fn",
+    "ndim",
+    "layout",
+    "is_cuda",
+    "is_cpu",
+    "is_sparse",
+    "is_quantized",
+    "is_meta",
+    "is_nested",
+    "itemsize",
+    "nbytes",
+    "shape",
+    "dtype",
+    "device",
+    "T",
+    "mT",
+    "data",
+    "real",
+]
+QUERIES = [
+    "numel",
+    "nelement",
+    "dim",
+    "ndimension",
+    "element_size",
+    "get_device",
+    "is_complex",
+    "is_floating_point",
+    "is_signed",
+    "is_conj",
+    "is_neg",
+    "is_inference",
+    "is_contiguous",
+    "is_pinned",
+    "is_shared",
+    "stride",
+    "storage_offset",
+    "type",
+]

@@ -185,7 +185,8 @@ def _differences(
 
 
 def _scalar_calls() -> list:
-    from test_scalar_tensor_methods import CALLS, PROPERTIES, QUERIES
+    from scalar_cases import PROPERTIES, QUERIES
+    from test_scalar_tensor_methods import CALLS
 
     calls = []
     for name, func in CALLS:
@@ -313,7 +314,7 @@ def test_a_user_tensor_like_type_answers_under_a_mode():
 
 
 def _wrapper_calls() -> list:
-    from test_scalar_tensor_methods import PROPERTIES, QUERIES
+    from scalar_cases import PROPERTIES, QUERIES
 
     calls = [(name, call) for name, call in WRAPPER_CALLS.items()]
     for name in QUERIES:
