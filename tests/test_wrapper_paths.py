@@ -20,7 +20,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map_only
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs, coverage
-from tensortools.coverage.samples import _UNDEFINED_VALUES
+from tensortools.coverage.samples import UNDEFINED_VALUES
 from tensortools.dispatch import TensorWrapper, WrapperPath
 
 pytest.importorskip("expecttest", reason="op_db needs the expecttest package")
@@ -183,7 +183,7 @@ def test_compiled_and_python_paths_agree_on_every_op_db_sample(case):
                     if fast_error is not slow_error:
                         failures.append(f"{name}: raised {fast_error} vs {slow_error}")
                     continue
-                if name in _UNDEFINED_VALUES:
+                if name in UNDEFINED_VALUES:
                     fast, slow = tree_map_only(torch.Tensor, lambda t: t.shape, (fast, slow))
                 reason = _differ(fast, slow)
                 if reason:

@@ -21,6 +21,10 @@ __all__ = [
     "explain_refusal",
     "op_db_size",
     "sample_cases",
+    "UNDEFINED_VALUES",
+    "compare_results",
+    "plain_values",
+    "seeded",
 ]
 
 #: What a sample run through a type gives: the plain answer, a different one, a clear
@@ -69,7 +73,7 @@ def _is_size(x: Any) -> bool:
     return isinstance(x, torch.Size)
 
 
-def _plain(obj: Any) -> Any:
+def plain_values(obj: Any) -> Any:
     """obj with every tensor (any nesting) as a plain dense tensor of its values: a
     tensor-like type's tensor(), a subclass as torch.Tensor, sparse layouts made dense."""
 
@@ -90,7 +94,7 @@ def _tensors(obj: Any) -> list:
     return [x for x in tree_leaves(obj, is_leaf=_is_size) if isinstance(x, (Tensor, TensorLike))]
 
 
-def _compare(got: Any, want: Any, exact: bool) -> str:
+def compare_results(got: Any, want: Any, exact: bool) -> str:
     """'' if got (plain form) equals want, else the reason."""
     got_t, want_t = _tensors(got), _tensors(want)
     if len(got_t) != len(want_t):
@@ -101,7 +105,7 @@ def _compare(got: Any, want: Any, exact: bool) -> str:
         except Exception:  # e.g. comparing tensors inside containers
             same = False
         return "" if same or repr(got) == repr(want) else f"returned {got!r} instead of {want!r}"
-    for g, w in zip(_plain(got_t), _plain(want_t)):
+    for g, w in zip(plain_values(got_t), plain_values(want_t)):
         if g.dtype != w.dtype or g.shape != w.shape:
             return f"dtype/shape {g.dtype} {tuple(g.shape)} instead of {w.dtype} {tuple(w.shape)}"
         try:
@@ -114,8 +118,8 @@ def _compare(got: Any, want: Any, exact: bool) -> str:
     return ""
 
 
-# Functions whose results hold uninitialised memory: only dtype and shape can agree.
-_UNDEFINED_VALUES = {
+#: Functions whose results hold uninitialised memory: only dtype and shape can agree.
+UNDEFINED_VALUES = {
     "empty",
     "empty_like",
     "empty_strided",
@@ -125,7 +129,8 @@ _UNDEFINED_VALUES = {
 }
 
 
-def _seeded(call: Callable[[], Any]) -> Any:
+def seeded(call: Callable[[], Any]) -> Any:
+    """call(), with the CPU generator seeded first (random samples give one answer)."""
     # (the CPU generator alone: the samples are CPU samples, and torch.manual_seed also
     # records a stack trace per call for accelerators it seeds lazily)
     torch.default_generator.manual_seed(0)
@@ -158,13 +163,13 @@ def check_sample(
     if substituted is None:
         return None
     t_inp, t_args, t_kwargs = substituted
-    p_inp, p_args, p_kwargs = _plain(substituted)
+    p_inp, p_args, p_kwargs = plain_values(substituted)
     try:
-        want = _seeded(lambda: op(p_inp, *p_args, **p_kwargs))
+        want = seeded(lambda: op(p_inp, *p_args, **p_kwargs))
     except Exception:
         return None
     try:
-        got, problem = _seeded(lambda: cls.coverage_call(lambda: op(t_inp, *t_args, **t_kwargs)))
+        got, problem = seeded(lambda: cls.coverage_call(lambda: op(t_inp, *t_args, **t_kwargs)))
     except TypeError as err:
         return SampleResult("refused", explain_refusal(cls, err))
     except Exception as err:
@@ -172,14 +177,16 @@ def check_sample(
     problem = problem or cls.coverage_result_problem(got)
     if problem:
         return SampleResult("wrong", problem)
-    if (name or getattr(op, "__name__", "")) in _UNDEFINED_VALUES:
+    if (name or getattr(op, "__name__", "")) in UNDEFINED_VALUES:
         got = [
-            _plain(g).copy_(w) if (_plain(g).shape, _plain(g).dtype) == (w.shape, w.dtype) else g
+            plain_values(g).copy_(w)
+            if (plain_values(g).shape, plain_values(g).dtype) == (w.shape, w.dtype)
+            else g
             for g, w in zip(_tensors(got), _tensors(want))
         ]
         want = _tensors(want)
     try:
-        reason = _compare(got, want, exact=cls.coverage_exact)
+        reason = compare_results(got, want, exact=cls.coverage_exact)
     except Exception as err:
         return SampleResult("error", f"result not comparable: {type(err).__name__}: {err}"[:160])
     return SampleResult("wrong", reason) if reason else SampleResult("correct")

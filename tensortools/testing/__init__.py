@@ -1,0 +1,205 @@
+"""Checks for tensor types, as ``torch.library.opcheck`` is for operators.
+
+:func:`check_type` runs PyTorch's own operator samples (``op_db``, which needs the
+``expecttest`` package) through a type and compares every answer with the plain
+computation, then checks the method and operator forms, autograd, serialization, threads
+and ``torch.compile``. It raises one :class:`TypeCheckError` that lists every failure
+(check, function, sample, what differed). :func:`parametrize` gives one pytest test per
+function, so a suite reports failures by name. ``docs/testing-a-type.md`` has a worked
+example.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from tensortools.testing.aliases import check_aliases
+from tensortools.testing.autograd import check_autograd
+from tensortools.testing.compiled import check_compile
+from tensortools.testing.report import Failure, TypeCheckError, TypeCheckReport
+from tensortools.testing.run import Run
+from tensortools.testing.samples import function_names, op_samples
+from tensortools.testing.serialization import check_serialization
+from tensortools.testing.threads import check_threads
+from tensortools.testing.values import check_values_and_types
+
+__all__ = [
+    "CHECKS",
+    "Failure",
+    "TypeCheckError",
+    "TypeCheckReport",
+    "check_type",
+    "parametrize",
+    "function_names",
+    "options_from_coverage_hooks",
+]
+
+#: Every check, in the order they run.
+CHECKS = ("values", "types", "aliases", "autograd", "serialization", "threads", "compile")
+
+Make = Callable[[Tensor], Any]
+Settings = Mapping[str, tuple[Callable[[], AbstractContextManager], Callable[[], Any]]]
+
+
+def check_type(
+    cls: type,
+    make: Make | tuple[Make, Callable[[Any], Tensor]],
+    *,
+    reference: Callable[[Callable, Tensor, tuple, dict], Any] | None = None,
+    rule: Callable[[Any, Any], str] | None = None,
+    checks: Iterable[str] = CHECKS,
+    ops: Iterable[str] | None = None,
+    dtypes: Sequence[torch.dtype] = (torch.float32,),
+    max_samples: int = 2,
+    gradcheck_samples: int = 1,
+    compile_samples: int = 1,
+    serialization_samples: int = 1,
+    settings: Settings | None = None,
+    refusals: tuple[type[BaseException], ...] | Callable[[BaseException], bool] = (),
+    raise_on_failure: bool = True,
+) -> TypeCheckReport:
+    """Check that `cls` behaves like the plain computation wherever PyTorch's samples reach.
+
+    `make(plain_tensor)` builds an instance (None where the type has no stand-in for that
+    tensor); a structured type passes ``(make, densify)``, ``densify(instance)`` giving the
+    plain tensor it stands for (default: the instance as a plain tensor). `reference`,
+    when given, computes the expected result from ``(function, plain input, args,
+    kwargs)``; by default the function runs on the plain input. `rule(instance, result)`
+    says what breaks the type's rules in a result ('' when nothing does; by default:
+    floating-point results must be of the type). `ops` restricts the
+    functions (op_db names such as ``"exp"``, ``"flip"``); `dtypes` and `max_samples`
+    pick each function's samples. `checks` is any of :data:`CHECKS`:
+
+    - ``values``: the sample on the type equals the plain run (the sample dtype's
+      tolerance); the in-place form has the same effect;
+    - ``types``: results follow the type's rules (`rule`);
+    - ``aliases``: method, operator and reflected-operator forms agree with the function;
+    - ``autograd``: the input's gradient equals the plain one; ``torch.autograd.gradcheck``
+      (fast mode) in float64 on the first `gradcheck_samples` samples of each function (for a
+      ``(make, densify)`` type the gradients are of different tensors: not compared);
+    - ``serialization``: pickle, deepcopy and ``torch.save`` + ``torch.load(weights_only=
+      True)`` give back an instance of the type with equal values and attributes that
+      follows the rule (`serialization_samples` per function); state crafted to run code
+      when loaded is refused by ``weights_only`` loading, never run;
+    - ``threads``: up to 16 deterministic calls, each on one instance shared by 8 threads
+      and repeated, give the eager results, and
+      each of `settings` (name -> (context-manager factory, reader of the current value))
+      restores its value and never leaks into another thread;
+    - ``compile``: the first `compile_samples` samples of each function under
+      ``torch.compile`` equal eager (each compiles afresh: this check is the slow one).
+
+    A function named in `ops` that has no sample to run is a failure (it would otherwise
+    pass untested).
+
+    `refusals` (exception classes, or a predicate on the exception) are the type's
+    deliberate "not supported" answers: such a call, where the plain call succeeds, is
+    listed in the report's ``refused``, not as a failure. None by default: a handler bug
+    raises TypeError too.
+
+    Returns a :class:`TypeCheckReport`; raises a :class:`TypeCheckError` listing every
+    failure unless ``raise_on_failure=False``.
+    """
+    checks = tuple(checks)
+    unknown = [c for c in checks if c not in CHECKS]
+    if unknown:
+        raise ValueError(f"check_type: unknown checks {unknown}; known: {list(CHECKS)}")
+    structured = isinstance(make, tuple)
+    if structured:
+        make, densify = make
+    else:
+
+        def densify(x: Any) -> Tensor:
+            return x.as_subclass(Tensor) if isinstance(x, Tensor) else x.tensor()
+
+    if not callable(make):
+        raise TypeError(f"check_type: 'make' must be callable, got {type(make).__name__}")
+    started = time.perf_counter()
+    run = Run(cls, make, densify, reference, rule, settings, refusals)
+    run.structured = structured
+    samples = list(op_samples(ops, dtypes, max_samples))
+    if ops is not None:  # a function asked for and never run must not pass unseen
+        for name in sorted(set(ops) - {s.name for s in samples}):
+            run.failures.append(
+                Failure("values", name, "-", "no op_db sample of this name could be run")
+            )
+    seen: dict[str, int] = {}  # samples so far per function: the costly checks take the first
+    for s in samples:
+        k = seen[s.name] = seen.get(s.name, -1) + 1
+        steps = [
+            (
+                "values",
+                lambda: check_values_and_types(run, s, checks),
+                "values" in checks or "types" in checks,
+            ),
+            ("aliases", lambda: check_aliases(run, s), "aliases" in checks),
+            (
+                "autograd",
+                lambda: check_autograd(run, s, gradcheck=k < gradcheck_samples),
+                "autograd" in checks,
+            ),
+            (
+                "serialization",
+                lambda: check_serialization(run, s),
+                "serialization" in checks and k < serialization_samples,
+            ),
+            ("compile", lambda: check_compile(run, s), "compile" in checks and k < compile_samples),
+        ]
+        for check, step, wanted in steps:
+            if wanted:
+                run.guarded(check, s, step)
+    if "threads" in checks:
+        run.guarded("threads", None, lambda: check_threads(run, samples))
+    report = TypeCheckReport(
+        cls.__name__,
+        checks,
+        sorted({s.name for s in samples}),
+        len(samples),
+        run.failures,
+        time.perf_counter() - started,
+        run.refused,
+    )
+    if raise_on_failure and report.failures:
+        raise TypeCheckError(report)
+    return report
+
+
+def options_from_coverage_hooks(cls: type) -> dict[str, Any]:
+    """``make`` and ``rule`` for :func:`check_type` from the hooks a type on
+    :mod:`tensortools.dispatch` gives the coverage report (``coverage_substitute`` stands
+    an instance in for a tensor, ``coverage_result_problem`` judges a result): what
+    ``python -m tensortools.coverage TYPE --check`` runs."""
+
+    def make(t: Tensor) -> Any:
+        substituted = cls.coverage_substitute(t, (), {})
+        return None if substituted is None else substituted[0]
+
+    # The coverage report counts a TypeError as the type refusing the call: so does this.
+    return {
+        "make": make,
+        "rule": lambda x, result: cls.coverage_result_problem(result),
+        "refusals": (TypeError,),
+    }
+
+
+def parametrize(cls: type, make: Any, *, ops: Iterable[str] | None = None, **options: Any):
+    """A pytest decorator giving one test per function: the test takes an argument
+    ``check``, a function that runs :func:`check_type` on that function alone::
+
+        @tensortools.testing.parametrize(Quantity, Quantity.wrap, ops=["add", "exp"])
+        def test_quantity(check):
+            check()
+    """
+    import pytest
+
+    names = function_names(ops, options.get("dtypes", (torch.float32,)))
+
+    def case(name: str) -> Callable[[], TypeCheckReport]:
+        return lambda: check_type(cls, make, ops=[name], **options)
+
+    return pytest.mark.parametrize("check", [case(n) for n in names], ids=names)
