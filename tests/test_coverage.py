@@ -11,7 +11,7 @@ import torch
 
 import tensortools
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, coverage
-from tensortools.dispatch import TensorLike
+from tensortools.dispatch import TensorLike, TensorWrapper
 
 
 def test_overridable_functions_exclude_ignored():
@@ -113,8 +113,8 @@ def test_text_report_puts_the_summary_first_in_the_types_words():
         "functions (torch.overrides, tensortools.ops)"
     )
     assert lines[1].split()[:2] == [str(c["handled"]), "handled"]
-    assert ScalarTensor.handled_means in lines[1]
-    assert ScalarTensor.fallback_means in lines[2] and "dense" in lines[2]
+    assert coverage.spec_for(ScalarTensor).handled_means in lines[1]
+    assert coverage.spec_for(ScalarTensor).fallback_means in lines[2] and "dense" in lines[2]
     # without --all: the summary and where to find the rest, not one row per function
     assert len(lines) < 10 and lines[-1] == "every function and its samples: --all"
     full = rep.to_text(full=True)
@@ -184,7 +184,10 @@ def test_command_shows_progress_on_stderr(monkeypatch, capsys):
     capsys.readouterr()
     assert coverage.main(["ScalarTensor", "--no-samples", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["max_samples"] == 0 and data["means"]["handled"] == ScalarTensor.handled_means
+    assert (
+        data["max_samples"] == 0
+        and data["means"]["handled"] == coverage.spec_for(ScalarTensor).handled_means
+    )
 
 
 def test_command_piped_into_head_exits_cleanly():
@@ -203,3 +206,47 @@ def test_command_piped_into_head_exits_cleanly():
     finally:
         os.close(write)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_subclass_uses_its_parents_spec_until_it_registers_its_own():
+    class Tagged(MetadataTensor):
+        pass
+
+    assert coverage.spec_for(Tagged) is coverage.spec_for(MetadataTensor)
+    # the parent's functions receive the subclass: its samples are of the subclass
+    substituted = coverage.spec_for(Tagged).substitute(Tagged, torch.ones(2), (), {})
+    assert type(substituted[0]) is Tagged and substituted[0].metadata == {"coverage": 1}
+    x = torch.randn(3)
+    assert coverage.check_sample(Tagged, torch.exp, x, (), {}).result == "correct"
+    rep = coverage.report(Tagged, samples=False)
+    assert rep.means["fallback"] == coverage.spec_for(MetadataTensor).fallback_means
+
+    own = coverage.register(Tagged, handled_means="tagged", exact=False)
+    assert coverage.spec_for(Tagged) is own
+    assert own.instance is coverage.spec_for(MetadataTensor).instance
+    assert coverage.spec_for(MetadataTensor).handled_means != "tagged"  # the parent's is kept
+    assert coverage.report(Tagged, samples=False).means["handled"] == "tagged"
+
+
+def test_registering_a_spec_changes_what_the_report_runs():
+    class Plain(TensorWrapper):
+        pass
+
+    x = torch.randn(3)
+    # the TensorWrapper default: every tensor wrapped, every result of the type
+    assert coverage.check_sample(Plain, torch.exp, x, (), {}).result == "correct"
+
+    def broken_rule(cls, result):
+        return "results are never right"
+
+    coverage.register(Plain, result_problem=broken_rule, handled_means="mine")
+    got = coverage.check_sample(Plain, torch.exp, x, (), {})
+    assert (got.result, got.reason) == ("wrong", "results are never right")
+    assert coverage.report(Plain, samples=False).means["handled"] == "mine"
+    coverage.register(Plain, substitute=lambda cls, inp, args, kwargs: None)
+    assert coverage.check_sample(Plain, torch.exp, x, (), {}) is None
+    # the testing kit reads the same spec
+    options = tensortools.testing.options_from_coverage_hooks(Plain)
+    assert options["make"](x) is None
+    with pytest.raises(TypeError, match="cls"):
+        coverage.register("Plain")

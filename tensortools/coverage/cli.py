@@ -8,6 +8,7 @@ import importlib
 import torch
 
 from tensortools.coverage.report import report
+from tensortools.coverage.spec import spec_for
 from tensortools.dispatch import TorchFunctionTable
 
 __all__ = ["main", "resolve_type"]
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             "`torch.overrides` less the ignored ones; op_db samples are run "
             "through the type and compared with the plain computation: exactly, "
             "or to rounding for types that compute some calls their own way "
-            f"({', '.join(c.__name__ for c in types if not c.coverage_exact) or 'none here'}: "
+            f"({', '.join(c.__name__ for c in types if not spec_for(c).exact) or 'none here'}: "
             "their reductions may add in another order).",
         )
     print("\n\n".join(outputs))

@@ -18,6 +18,7 @@ from tensortools.coverage.samples import (
     op_db_size,
     sample_cases,
 )
+from tensortools.coverage.spec import spec_for
 from tensortools.dispatch import TorchFunctionTable
 
 __all__ = ["FunctionCoverage", "CoverageReport", "report"]
@@ -67,7 +68,7 @@ class CoverageReport:
     type_name: str
     functions: list[FunctionCoverage]
     note: str = ""  # why samples were not run, if they were asked for and not run
-    #: what each outcome means for this type (see TorchFunctionTable.handled_means)
+    #: what each outcome means for this type (see CoverageSpec.handled_means)
     means: dict[str, str] = dataclasses.field(default_factory=dict)
     max_samples: int = 0  # op_db samples per operator (0: none run)
 
@@ -160,7 +161,7 @@ class CoverageReport:
                 "Every sample was answered correctly."
                 if ran
                 else f"No op_db sample ran: {self.type_name} stands in for none of them "
-                "(see TorchFunctionTable.coverage_substitute).",
+                "(see tensortools.coverage.spec.CoverageSpec.substitute).",
             ]
         if full:
             header = f"  {'function':<60} samples correct/wrong/refused/error"
@@ -231,7 +232,8 @@ def _means(cls: type) -> dict[str, str]:
         refused = f"a TypeError without trying: {why}"
     else:
         refused = "a TypeError without trying (none under the 'fallback' policy)"
-    return {"handled": cls.handled_means, "fallback": cls.fallback_means, "refused": refused}
+    spec = spec_for(cls)
+    return {"handled": spec.handled_means, "fallback": spec.fallback_means, "refused": refused}
 
 
 class _Progress:
@@ -270,7 +272,7 @@ def report(
 ) -> CoverageReport:
     """Classify every overridable function for `cls` (a type built on
     tensortools.dispatch) and, where op_db has samples and the type says how it stands in
-    for them (its coverage_substitute), check each sample's answer."""
+    for them (its CoverageSpec.substitute), check each sample's answer."""
     if not (isinstance(cls, type) and issubclass(cls, TorchFunctionTable)):
         raise TypeError(
             "coverage.report: 'cls' must be a type built on "

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_leaves, tree_map
 
+from tensortools.coverage.spec import spec_for
 from tensortools.dispatch import TensorLike
 
 __all__ = [
@@ -158,8 +159,9 @@ def check_sample(
 ) -> SampleResult | None:
     """Run one sample of `op` (op_db entry `name`) through `cls` and compare with the
     plain computation; None when the type has no stand-in for the sample (see
-    TorchFunctionTable.coverage_substitute), or the plain call itself fails."""
-    substituted = cls.coverage_substitute(inp, args, kwargs)
+    its CoverageSpec), or the plain call itself fails."""
+    spec = spec_for(cls)
+    substituted = spec.substitute(cls, inp, args, kwargs)
     if substituted is None:
         return None
     t_inp, t_args, t_kwargs = substituted
@@ -169,12 +171,12 @@ def check_sample(
     except Exception:
         return None
     try:
-        got, problem = seeded(lambda: cls.coverage_call(lambda: op(t_inp, *t_args, **t_kwargs)))
+        got, problem = seeded(lambda: spec.call(cls, lambda: op(t_inp, *t_args, **t_kwargs)))
     except TypeError as err:
         return SampleResult("refused", explain_refusal(cls, err))
     except Exception as err:
         return SampleResult("error", f"{type(err).__name__}: {str(err).splitlines()[0][:120]}")
-    problem = problem or cls.coverage_result_problem(got)
+    problem = problem or spec.result_problem(cls, got)
     if problem:
         return SampleResult("wrong", problem)
     if (name or getattr(op, "__name__", "")) in UNDEFINED_VALUES:
@@ -186,7 +188,7 @@ def check_sample(
         ]
         want = _tensors(want)
     try:
-        reason = compare_results(got, want, exact=cls.coverage_exact)
+        reason = compare_results(got, want, exact=spec.exact)
     except Exception as err:
         return SampleResult("error", f"result not comparable: {type(err).__name__}: {err}"[:160])
     return SampleResult("wrong", reason) if reason else SampleResult("correct")

@@ -193,38 +193,6 @@ class TorchFunctionTable:
             cls.policy == "strict" or cls.fallback.__func__ is TorchFunctionTable.fallback.__func__
         )
 
-    # -- override coverage (tensortools.coverage runs PyTorch's operator samples) -------
-
-    #: Whether the type's answers must equal the plain computation bit for bit (False:
-    #: to rounding, for types that compute some calls their own way).
-    coverage_exact: ClassVar[bool] = True
-
-    #: What a table entry and the fallback mean for this type, in its own words: the
-    #: coverage report and the demo print them beside the counts ("fallback" is a gap for
-    #: some types and the whole design of others).
-    handled_means: ClassVar[str] = "a handler in the type's table"
-    fallback_means: ClassVar[str] = "the type's fallback method"
-
-    @classmethod
-    def coverage_substitute(cls, input: Any, args: tuple, kwargs: dict) -> tuple | None:
-        """How the type stands in for one of PyTorch's operator samples: the sample's
-        ``(input, args, kwargs)`` with instances of the type in place of (some of) its
-        tensors, or None where the type has no stand-in for it. By default None: coverage
-        then classifies the type's functions but runs no samples."""
-        return None
-
-    @classmethod
-    def coverage_call(cls, call: Callable[[], Any]) -> tuple[Any, str]:
-        """Run a sample's call on the type: its result, and '' or what went wrong beside
-        the result (a logging type checks that the call was logged)."""
-        return call(), ""
-
-    @classmethod
-    def coverage_result_problem(cls, result: Any) -> str:
-        """'' when a sample's result follows the type's rules (for example: results are of
-        the type), else what breaks them."""
-        return ""
-
     #: Whether the type observes the calls it takes part in (records them, as LoggingTensor
     #: does) rather than computing them: such a type sees each call first, whatever the
     #: order of the arguments, and hands it on to the others with its instances as plain

@@ -234,37 +234,6 @@ class TensorWrapper(TorchFunctionTable, Tensor):
                 new.grad = grad
         return new
 
-    # -- override coverage -------------------------------------------------------------
-
-    @classmethod
-    def coverage_instance(cls, tensor: Tensor) -> TensorWrapper:
-        """The instance standing for a sample's tensor (default: the tensor as the type)."""
-        return cls._make(tensor)
-
-    @classmethod
-    def coverage_substitute(cls, input: Any, args: tuple, kwargs: dict) -> tuple | None:
-        """Every tensor of the sample as :meth:`coverage_instance`; None for samples with no
-        tensor (factories), or with one of a layout the type cannot hold."""
-        wrapped: list = []
-
-        def make(t: Tensor) -> Tensor:
-            wrapped.append(t)
-            return cls.coverage_instance(t)
-
-        try:
-            substituted = tree_map_only(Tensor, make, (input, args, kwargs), is_leaf=_is_size)
-        except TypeError:  # a layout the type cannot wrap (sparse CSR)
-            return None
-        return substituted if wrapped else None
-
-    @classmethod
-    def coverage_result_problem(cls, result: Any) -> str:
-        """Every tensor a call returns is of the type."""
-        for t in tree_leaves(result, is_leaf=_is_size):
-            if isinstance(t, Tensor) and not isinstance(t, cls):
-                return f"a result is {type(t).__name__}, not {cls.__name__}"
-        return ""
-
     @classmethod
     def call_plain(
         cls, func: Callable, types: tuple, args: tuple, kwargs: dict
@@ -280,8 +249,6 @@ class TensorWrapper(TorchFunctionTable, Tensor):
         originals: dict[int, Tensor] = {}
         args, kwargs = _unwrap(cls, args, originals), _unwrap(cls, kwargs, originals)
         return func(*args, **kwargs), originals
-
-    fallback_means = "the plain call on the wrapped tensors, tensor results wrapped"
 
     @classmethod
     def fallback(cls, func, types, args, kwargs):

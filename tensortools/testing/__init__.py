@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from tensortools.coverage.spec import spec_for
 from tensortools.testing.aliases import check_aliases
 from tensortools.testing.autograd import check_autograd
 from tensortools.testing.compiled import check_compile
@@ -170,19 +171,20 @@ def check_type(
 
 
 def options_from_coverage_hooks(cls: type) -> dict[str, Any]:
-    """``make`` and ``rule`` for :func:`check_type` from the hooks a type on
-    :mod:`tensortools.dispatch` gives the coverage report (``coverage_substitute`` stands
-    an instance in for a tensor, ``coverage_result_problem`` judges a result): what
+    """``make`` and ``rule`` for :func:`check_type` from the spec a type registers with
+    the coverage report (:func:`tensortools.coverage.spec.register`: ``substitute`` stands
+    an instance in for a tensor, ``result_problem`` judges a result): what
     ``python -m tensortools.coverage TYPE --check`` runs."""
+    spec = spec_for(cls)
 
     def make(t: Tensor) -> Any:
-        substituted = cls.coverage_substitute(t, (), {})
+        substituted = spec.substitute(cls, t, (), {})
         return None if substituted is None else substituted[0]
 
     # The coverage report counts a TypeError as the type refusing the call: so does this.
     return {
         "make": make,
-        "rule": lambda x, result: cls.coverage_result_problem(result),
+        "rule": lambda x, result: spec.result_problem(cls, result),
         "refusals": (TypeError,),
     }
 

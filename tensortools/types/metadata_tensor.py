@@ -11,6 +11,7 @@ from torch import Tensor
 from torch.utils._pytree import tree_leaves
 
 from tensortools._settings import ClassSetting
+from tensortools.coverage import spec as coverage_spec
 from tensortools.dispatch import TensorWrapper
 from tensortools.dispatch.wrapper import WrapperPath, argument_tensors, keeps_hooks
 
@@ -125,23 +126,6 @@ class MetadataTensor(TensorWrapper):
         out = tensor.as_subclass(cls)
         out.metadata = dict(context)
         return out
-
-    handled_means = "a rule of its own for the metadata"
-    fallback_means = (
-        "the plain call, tensor results carrying the merged metadata: the type's design, not a gap"
-    )
-
-    @classmethod
-    def coverage_instance(cls, tensor: Tensor) -> MetadataTensor:
-        return cls(tensor, {"coverage": 1})
-
-    @classmethod
-    def coverage_result_problem(cls, result: Any) -> str:
-        problem = super().coverage_result_problem(result)
-        for t in tree_leaves(result):
-            if not problem and isinstance(t, cls) and metadata_of(t) != {"coverage": 1}:
-                problem = f"a result's metadata is {metadata_of(t)!r}"
-        return problem
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -272,3 +256,23 @@ def collate(batch: list, *, collate_fn_map: dict | None = None) -> MetadataTenso
 MetadataTensor._on_settings_change()  # (its record, now that the class exists)
 torch.serialization.add_safe_globals([MetadataTensor])
 torch.utils.data._utils.collate.default_collate_fn_map[MetadataTensor] = collate
+
+
+def _keeps_the_metadata(cls, result):
+    # The coverage report's rule for results: of the type, with the sample's metadata.
+    problem = coverage_spec.results_of_the_type(cls, result)
+    for t in tree_leaves(result):
+        if not problem and isinstance(t, cls) and metadata_of(t) != {"coverage": 1}:
+            problem = f"a result's metadata is {metadata_of(t)!r}"
+    return problem
+
+
+coverage_spec.register(
+    MetadataTensor,
+    handled_means="a rule of its own for the metadata",
+    fallback_means=(
+        "the plain call, tensor results carrying the merged metadata: the type's design, not a gap"
+    ),
+    instance=lambda cls, tensor: cls(tensor, {"coverage": 1}),
+    result_problem=_keeps_the_metadata,
+)

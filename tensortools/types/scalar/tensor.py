@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from tensortools._native import C as _C
+from tensortools.coverage import spec as coverage_spec
 from tensortools.dispatch import TensorLike
 from tensortools.dispatch.table import TorchFunctionTable, refusing_endless_recursion
 
@@ -240,28 +241,6 @@ class ScalarTensor(TensorLike):
     def __len__(self) -> int:
         return self.N
 
-    # -- override coverage: a ScalarTensor stands in for a square floating matrix ---------
-
-    coverage_exact = False  # reductions may add in another order than the dense matrix
-    handled_means = "structured: computed from N and the value, no N×N matrix formed"
-    fallback_means = (
-        "runs on the dense N×N matrix; the result is a plain tensor (an in-place form "
-        "changes the ScalarTensor, or refuses)"
-    )
-
-    @classmethod
-    def coverage_substitute(cls, input, args, kwargs):
-        t = input
-        if (
-            isinstance(t, Tensor)
-            and t.dim() == 2
-            and t.shape[0] == t.shape[1]
-            and t.dtype.is_floating_point
-            and not t.requires_grad
-        ):
-            return cls(t.shape[0], 1.5, dtype=t.dtype, device=t.device), args, kwargs
-        return None
-
     # (fallback, which runs the calls no handler answers on the dense matrix, is the
     # in_place module's: it knows the rules of calls that change a ScalarTensor)
 
@@ -315,4 +294,32 @@ def _traced_torch_function(cls, func, types, args=(), kwargs=None):
 # also from files that name the module earlier versions defined it in.
 torch.serialization.add_safe_globals(
     [ScalarTensor, (ScalarTensor, "tensortools.types.scalar_tensor.ScalarTensor")]
+)
+
+
+def _square_floating_matrix(cls, input, args, kwargs):
+    # The coverage report's stand-in: a ScalarTensor for a square floating matrix.
+    t = input
+    if (
+        isinstance(t, Tensor)
+        and t.dim() == 2
+        and t.shape[0] == t.shape[1]
+        and t.dtype.is_floating_point
+        and not t.requires_grad
+    ):
+        return cls(t.shape[0], 1.5, dtype=t.dtype, device=t.device), args, kwargs
+    return None
+
+
+coverage_spec.register(
+    ScalarTensor,
+    coverage_spec.CoverageSpec(
+        exact=False,  # reductions may add in another order than the dense matrix
+        handled_means="structured: computed from N and the value, no N×N matrix formed",
+        fallback_means=(
+            "runs on the dense N×N matrix; the result is a plain tensor (an in-place form "
+            "changes the ScalarTensor, or refuses)"
+        ),
+        substitute=_square_floating_matrix,
+    ),
 )
