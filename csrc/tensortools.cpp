@@ -5,6 +5,9 @@
 
 #include "python/scalar_dispatch.h"
 #include "python/wrapper_dispatch.h"
+#ifndef WITH_CUDA
+#include "ops/cuda_missing.h"
+#endif
 
 // Operators are defined with TORCH_LIBRARY_FRAGMENT next to their kernels.
 TORCH_LIBRARY(tensortools, m) {}
@@ -15,6 +18,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("with_cuda") = true;
 #else
   m.attr("with_cuda") = false;
+  tensortools::register_missing_cuda_kernels();  // (every operator has registered by now)
 #endif
   tensortools::python::add_wrapper_dispatch(m);
   tensortools::python::add_scalar_dispatch(m);

@@ -346,6 +346,8 @@ def _tensortools_ops():
 
 
 def test_every_op_has_cpu_cuda_and_meta_kernels():
+    # (a build without CUDA gives the operators with a CPU kernel of their own a CUDA one
+    # that raises a clear error, found from the dispatcher: csrc/ops/cuda_missing.cpp)
     names = _tensortools_ops()
     assert "tensortools::lltm_forward" in names
     for name in names:

@@ -10,25 +10,23 @@ refuse the same calls alike. The entry points here check only what C++ cannot se
 Python types of the arguments, and layouts that no kernel is registered for.
 """
 
+import importlib
+
 import tensortools._native  # noqa: F401  (registers torch.ops.tensortools)
-from tensortools.ops.axpby import axpby
-from tensortools.ops.conv_bn2d import fused_conv_bn2d
-from tensortools.ops.graph_conv import graph_conv
-from tensortools.ops.lltm import lltm, lltm_sequence
-from tensortools.ops.scalar_ops import add_diagonal, scale
 
-__all__ = [
-    "add_diagonal",
-    "axpby",
-    "fused_conv_bn2d",
-    "graph_conv",
-    "lltm",
-    "lltm_sequence",
-    "scale",
-]
+#: The operator modules, one per operator family: each exports its entry points in its
+#: __all__, and they become tensortools.ops.<name> (adding an operator adds its module
+#: here, nothing else in this file).
+MODULES = ("axpby", "conv_bn2d", "graph_conv", "lltm", "scalar_ops")
 
-# Their public name is tensortools.ops.<name> (records, reprs and docs say so), wherever
-# their module is.
-for _function in (add_diagonal, axpby, fused_conv_bn2d, graph_conv, lltm, lltm_sequence, scale):
-    _function.__module__ = __name__
-del _function
+__all__: list[str] = []
+for _name in MODULES:
+    _module = importlib.import_module(f"{__name__}.{_name}")
+    for _public in _module.__all__:
+        _function = getattr(_module, _public)
+        # its public name is tensortools.ops.<name> (records, reprs and docs say so)
+        _function.__module__ = __name__
+        globals()[_public] = _function
+        __all__.append(_public)
+__all__.sort()
+del _name, _module, _public, _function
