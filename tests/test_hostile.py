@@ -1,9 +1,9 @@
-"""A batch of hostile calls (tests/hostile_calls.py) in a separate process: the process
+"""A batch of hostile calls (tests/_support/hostile_calls.py) in a separate process: the process
 must not die from a signal, and every call must return or raise a TypeError, ValueError
 or RuntimeError."""
 
 import pytest
-from script_runs import run_script
+from _support.script_runs import run_script
 
 pytestmark = pytest.mark.slow  # starts processes
 
@@ -12,7 +12,7 @@ ALLOWED = {"ok", "TypeError", "ValueError", "RuntimeError", "NotImplementedError
 
 def test_hostile_calls_do_not_crash_the_process():
     outcomes = dict(line.split(": ", 1) for line in run_script("hostile_calls.py", 300))
-    from hostile_calls import CALLS, SPARSE
+    from _support.hostile_calls import CALLS, SPARSE
 
     assert outcomes.keys() == CALLS.keys()
     for name, outcome in outcomes.items():

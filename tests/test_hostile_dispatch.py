@@ -1,10 +1,10 @@
-"""The C dispatch paths under hostile Python (tests/hostile_dispatch.py) in a separate
+"""The C dispatch paths under hostile Python (tests/_support/hostile_dispatch.py) in a separate
 process: it must not die from a signal, and each path must give the Python path's answer
 (for a mutation made by a finalizer: the Python path's with the mutation made before the
 call, or without it)."""
 
 import pytest
-from script_runs import run_script
+from _support.script_runs import run_script
 
 pytestmark = pytest.mark.slow  # starts a process
 
@@ -15,7 +15,7 @@ def test_hostile_python_inside_the_c_paths_crashes_nothing_and_changes_no_answer
     # stays the plain tensor it was
     assert lines[-1] == "weakly held result: MetadataTensor beside Tensor", lines[-1]
     outcomes = dict(line.split(" => ", 1) for line in lines[:-1])
-    from hostile_dispatch import CASES
+    from _support.hostile_dispatch import CASES
 
     assert outcomes.keys() == CASES.keys()
     differing = {name: outcome for name, outcome in outcomes.items() if outcome != "same"}

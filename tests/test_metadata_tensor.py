@@ -8,8 +8,8 @@ import sys
 
 import pytest
 import torch
-from lltm_cases import make_args
-from type_cases import CALLS, assert_same_values, tensors_in
+from _support.lltm_cases import make_args
+from _support.type_cases import CALLS, assert_same_values, tensors_in
 
 import tensortools
 from tensortools import MetadataTensor, ops

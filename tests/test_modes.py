@@ -20,9 +20,9 @@ import warnings
 
 import pytest
 import torch
+from _support.type_cases import CALLS as WRAPPER_CALLS
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
-from type_cases import CALLS as WRAPPER_CALLS
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs
 from tensortools.dispatch import TensorLike, TensorMethod
@@ -185,7 +185,7 @@ def _differences(
 
 
 def _scalar_calls() -> list:
-    from scalar_cases import PROPERTIES, QUERIES
+    from _support.scalar_cases import PROPERTIES, QUERIES
     from test_scalar_tensor_methods import CALLS
 
     calls = []
@@ -310,11 +310,11 @@ def test_a_user_tensor_like_type_answers_under_a_mode():
             assert x.shape == (4,) and x[1].item() == 1.0 and x.T.tolist() == x.t.tolist()
 
 
-# --- wrapper types: the calls of tests/type_cases.py, with their method forms ------------
+# --- wrapper types: the calls of tests/_support/type_cases.py, with their method forms ------------
 
 
 def _wrapper_calls() -> list:
-    from scalar_cases import PROPERTIES, QUERIES
+    from _support.scalar_cases import PROPERTIES, QUERIES
 
     calls = [(name, call) for name, call in WRAPPER_CALLS.items()]
     for name in QUERIES:

@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from lltm_cases import random_grads
+from _support.lltm_cases import random_grads
 
 from tensortools import nn, reference
 

@@ -18,8 +18,8 @@ import math
 
 import pytest
 import torch
+from _support.fuzz_tensors import ALL_DTYPES, Kind, kinds, numbers
 from conftest import DEVICES
-from fuzz_tensors import ALL_DTYPES, Kind, kinds, numbers
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
+from _support.lltm_cases import NAMES, compare, make_args, random_grads, run
 from conftest import DEVICES
 from hypothesis import given
 from hypothesis import strategies as st
-from lltm_cases import NAMES, compare, make_args, random_grads, run
 
 import tensortools
 from tensortools import ops, reference

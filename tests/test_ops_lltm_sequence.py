@@ -7,16 +7,16 @@ import threading
 
 import pytest
 import torch
-from conftest import DEVICES
-from hypothesis import given
-from hypothesis import strategies as st
-from lltm_cases import (
+from _support.lltm_cases import (
     SEQUENCE_NAMES,
     compare_sequence,
     make_sequence_args,
     run_sequence,
     sequence_grads,
 )
+from conftest import DEVICES
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tensortools import (
     LoggingTensor,

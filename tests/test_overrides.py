@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 import torch
-from override_probe import call_through, example_args, probe_type
+from _support.override_probe import call_through, example_args, probe_type
 from torch.overrides import get_ignored_functions, get_testing_overrides
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor

@@ -6,11 +6,11 @@ value * I, exact dense answers where it is not, gradients through the structured
 
 import pytest
 import torch
+from _support.scalar_cases import CASES
+from _support.scalar_cases import assert_same as _assert_same
+from _support.scalar_cases import outcome as _run
 from hypothesis import given
 from hypothesis import strategies as st
-from scalar_cases import CASES
-from scalar_cases import assert_same as _assert_same
-from scalar_cases import outcome as _run
 
 from tensortools import ScalarTensor, ops
 

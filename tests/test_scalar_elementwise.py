@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from scalar_cases import SWEEP_DTYPES, interleaved_failures, matches_dense, special_values
+from _support.scalar_cases import SWEEP_DTYPES, interleaved_failures, matches_dense, special_values
 
 from tensortools import ScalarTensor, coverage
 from tensortools.types.scalar.elementwise import ELEMENTWISE

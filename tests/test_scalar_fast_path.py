@@ -14,7 +14,7 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
-from scalar_cases import SWEEP_DTYPES, interleaved_failures, special_values
+from _support.scalar_cases import SWEEP_DTYPES, interleaved_failures, special_values
 
 from tensortools import ScalarTensor
 from tensortools.types.scalar import FastCode

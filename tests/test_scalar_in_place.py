@@ -4,7 +4,7 @@ value * I again, and raise CannotHoldResult, changing nothing, when it is not.""
 
 import pytest
 import torch
-from scalar_cases import forbid_dense as _no_dense
+from _support.scalar_cases import forbid_dense as _no_dense
 
 from tensortools import ScalarTensor
 from tensortools.dispatch import CannotHoldResult

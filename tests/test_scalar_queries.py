@@ -4,9 +4,9 @@ by building the dense matrix, also for N = 10**12."""
 
 import pytest
 import torch
-from scalar_cases import PROPERTIES, QUERIES
-from scalar_cases import forbid_dense as _no_dense
-from scalar_cases import seeded_outcome as _attempt
+from _support.scalar_cases import PROPERTIES, QUERIES
+from _support.scalar_cases import forbid_dense as _no_dense
+from _support.scalar_cases import seeded_outcome as _attempt
 
 from tensortools import ScalarTensor
 

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from scalar_cases import (
+from _support.scalar_cases import (
     SWEEP_DTYPES,
     interleaved_failures,
     matches_dense,

@@ -7,11 +7,11 @@ ValueError or RuntimeError too.
 """
 
 import pytest
+from _support.fuzz_tensors import Kind, kinds, numbers
+from _support.scalar_cases import CASES, assert_same, dense
 from conftest import DEVICES
-from fuzz_tensors import Kind, kinds, numbers
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from scalar_cases import CASES, assert_same, dense
 
 from tensortools import ScalarTensor
 

@@ -21,7 +21,7 @@ import warnings
 
 import pytest
 import torch
-from scalar_cases import seeded_outcome as _attempt
+from _support.scalar_cases import seeded_outcome as _attempt
 
 from tensortools import ScalarTensor
 from tensortools.dispatch import CannotHoldResult

@@ -1,6 +1,6 @@
 """Sparse adjacency matrices that break one invariant each, built with
 check_invariants=False (as a user's own code or a loaded file may build them). Used by
-tests/hostile_calls.py, which runs graph_conv on each in a separate process: a kernel
+tests/_support/hostile_calls.py, which runs graph_conv on each in a separate process: a kernel
 that read such indices unchecked would read out of bounds."""
 
 from __future__ import annotations

@@ -4,12 +4,15 @@ tensors, wrong arguments to the raw torch.ops entry points. Prints one line per 
 its name and "ok" or the exception type. A crash (a signal) ends the process early."""
 
 import sys
+from pathlib import Path
 
 import torch
-from sparse_cases import MALFORMED
 
-import tensortools  # noqa: F401
-from tensortools import MetadataTensor, ScalarTensor, ops
+# Run as a script, its folder is on the path; imported by the tests, its package is.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import tensortools  # noqa: E402,F401
+from _support.sparse_cases import MALFORMED  # noqa: E402
+from tensortools import MetadataTensor, ScalarTensor, ops  # noqa: E402
 
 T = torch.ops.tensortools
 big = 2**40
