@@ -47,7 +47,7 @@ step bandwidth "$PY" -m tensortools.bench.bandwidth
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     step "sanitizer-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 \
-      "$PY" -m pytest -q -x -p no:cacheprovider tests/test_cuda.py -k "not compile"
+      "$PY" -m pytest -q -x -p no:cacheprovider -m cuda tests -k "not compile"
   done
 else
   echo "compute-sanitizer not found" | tee "$OUT/sanitizer.log"

@@ -61,7 +61,7 @@ log "build: $((SECONDS - start)) s"
 # included, which pass under ASan as they are), ScalarTensor's kernels and the wrapper
 # types' C dispatch path (csrc/python/), for each wrapper type. tests/test_build.py compiles extensions itself: not here.
 tests=(tests/test_ops_lltm.py tests/test_ops_lltm_sequence.py tests/test_ops_axpby.py tests/test_ops_conv_bn2d.py
-       tests/test_ops_graph_conv.py tests/test_scalar_tensor.py tests/test_metadata_tensor.py
+       tests/test_ops_graph_conv.py tests/test_ops_scalar_ops.py tests/test_metadata_tensor.py
        tests/test_logging_tensor.py tests/test_dispatch.py tests/test_wrapper_paths.py
        tests/test_hostile_dispatch.py tests/test_modes.py tests/test_scalar_fast_path.py
        tests/test_scalar_package.py)

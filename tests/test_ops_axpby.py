@@ -2,6 +2,17 @@
 
 import pytest
 import torch
+from _support.op_samples import (
+    LAYOUTS,
+    D,
+    T,
+    check_meta_describes_the_real_result,
+    check_one_argument_on_meta_is_refused,
+    check_opcheck,
+    laid_out,
+    requiring_grad,
+)
+from conftest import DEVICES
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs, ops, reference
 
@@ -89,3 +100,77 @@ def test_with_the_tensor_types():
     assert [r.function for r in logs] == ["tensortools.ops.axpby"]
     d = ScalarTensor(3, 1.5)
     torch.testing.assert_close(ops.axpby(d, y, 2.0, 1.0), 2 * d.tensor() + y, rtol=0, atol=0)
+
+
+# --- samples of the raw operators, and the checks every operator's samples go through ---
+
+
+def _axpby_samples(layout, device):
+    n = 0 if layout == "empty" else 2
+    x = laid_out(torch.randn(n, 3, 4, 5, dtype=D, device=device), layout)
+    y = laid_out(torch.randn(n, 3, 4, 5, dtype=D, device=device), layout)
+    return [
+        (*requiring_grad(x, y), 2.0, -0.5),
+        (*requiring_grad(x.detach(), torch.randn(5, dtype=D, device=device)), 1.0, 3.0),
+    ]
+
+
+#: The torch.ops.tensortools operators this file covers, and how to make their samples.
+SAMPLE_BUILDERS = {"axpby": _axpby_samples}
+OPERATORS = tuple(SAMPLE_BUILDERS)
+
+
+def sample_inputs(device, layout="contiguous"):
+    """(operator name, args) for each of OPERATORS, its arguments made on `device` in
+    `layout` (one of LAYOUTS: contiguous, transposed, channels_last, expanded, empty)."""
+    for name, build in SAMPLE_BUILDERS.items():
+        for args in build(layout, device):
+            yield name, args
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_over_layouts(device, layout):
+    check_opcheck(sample_inputs(device, layout))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_meta_kernel_describes_the_real_result(device, layout):
+    check_meta_describes_the_real_result(sample_inputs(device, layout))
+
+
+@pytest.mark.parametrize("name", OPERATORS)
+def test_one_argument_on_meta_is_refused(name):
+    args = next(a for n, a in sample_inputs("cpu") if n == name)
+    check_one_argument_on_meta_is_refused(name, args)
+
+
+# --- more devices and refusals -------------------------------------------------------
+
+
+def test_axpby_refuses_complex_scales_on_every_device():
+    for device in ("cpu", "meta"):
+        x = torch.randn(3, device=device)
+        for alpha, beta, name in ((1j, 1.0, "alpha"), (1.0, 2 + 0j, "beta")):
+            with pytest.raises(TypeError, match=f"'{name}' must be a real number"):
+                T.axpby(x, x, alpha, beta)
+
+
+@pytest.mark.cuda
+def test_axpby_matches_cpu_on_cuda():
+    x = torch.randn(3, 1, 5, dtype=D)
+    y = torch.randn(4, 5, dtype=D)[:, ::1]
+    yt = torch.randn(5, 4, dtype=D).t()
+    for a, b in ((x, y), (x, yt), (y, y), (torch.randn((), dtype=D), y)):
+        torch.testing.assert_close(
+            ops.axpby(a.cuda(), b.cuda(), 2.0, -0.5).cpu(),
+            reference.axpby(a, b, 2.0, -0.5),
+            rtol=0,
+            atol=1e-15,
+        )
+    for dtype in (torch.float16, torch.bfloat16):
+        got = ops.axpby(x.to("cuda", dtype), y.to("cuda", dtype), 2.0, -0.5)
+        torch.testing.assert_close(got.cpu(), reference.axpby(x, y, 2.0, -0.5).to(dtype))

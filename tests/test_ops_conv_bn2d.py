@@ -2,6 +2,18 @@
 
 import pytest
 import torch
+from _support.op_samples import (
+    HALF_TOLERANCE,
+    LAYOUTS,
+    D,
+    T,
+    check_meta_describes_the_real_result,
+    check_one_argument_on_meta_is_refused,
+    check_opcheck,
+    laid_out,
+    requiring_grad,
+)
+from conftest import DEVICES
 
 from tensortools import (
     LoggingTensor,
@@ -461,3 +473,191 @@ def test_eval_refuses_negative_eps():
     fused = nn.FusedConvBN2d(3, 4, 3, eps=-1e-3).eval()
     with pytest.raises(ValueError, match="'eps' must be >= 0"):
         fused(torch.randn(2, 3, 6, 6))
+
+
+# --- samples of the raw operators, and the checks every operator's samples go through ---
+
+
+def _conv_samples(layout, device):
+    n = 0 if layout == "empty" else 2
+    inp = laid_out(torch.randn(n, 3, 6, 6, dtype=D, device=device), layout)
+    weight = laid_out(torch.randn(4, 3, 3, 3, dtype=D, device=device), layout)
+    return (
+        inp,
+        weight,
+        torch.rand(4, dtype=D, device=device) + 0.5,
+        torch.randn(4, dtype=D, device=device),
+    )
+
+
+def _conv_bn2d_forward_samples(layout, device):
+    if layout == "empty":  # no batch, no statistics: refused (tested below)
+        layout = "contiguous"
+    inp, weight, gamma, beta = _conv_samples(layout, device)
+    return [
+        (*requiring_grad(inp, weight, gamma, beta), [1, 1], [1, 1], 1e-5),
+        (*requiring_grad(inp.detach(), weight.detach()), None, None, [2, 1], [0, 2], 0.0),
+    ]
+
+
+def _conv_bn2d_backward_samples(layout, device):
+    inp, weight, gamma, beta = _conv_samples("contiguous", device)
+    out, mean, var = T.conv_bn2d_forward(inp, weight, gamma, beta, [1, 1], [1, 1], 1e-5)
+    grad = laid_out(torch.randn_like(out), layout)
+    return [
+        (
+            grad,
+            laid_out(inp, layout),
+            laid_out(weight, layout),
+            gamma,
+            mean,
+            var,
+            [1, 1],
+            [1, 1],
+            1e-5,
+            mask,
+        )
+        for mask in ([True, True, True], [True, False, True], [False, True, False])
+    ]
+
+
+def _conv_bn2d_eval_samples(layout, device):
+    inp, weight, gamma, beta = _conv_samples(layout, device)
+    stats = torch.randn(4, dtype=D, device=device), torch.rand(4, dtype=D, device=device) + 0.5
+    return [
+        (*requiring_grad(inp, weight), *stats, *requiring_grad(gamma, beta), [1, 1], [1, 1], 1e-5),
+        (*requiring_grad(inp.detach(), weight.detach()), *stats, None, None, [2, 2], [0, 0], 0.0),
+    ]
+
+
+def _conv_bn2d_update_stats_samples(layout, device):
+    n = 0 if layout == "empty" else 2
+    cases = []
+    for dtype in (D, torch.half):  # half: its statistics are in float
+        output = laid_out(torch.randn(n, 4, 3, 3, dtype=dtype, device=device), layout)
+        stats = torch.float32 if dtype == torch.half else dtype
+        mean = laid_out(torch.randn(4, dtype=stats, device=device), layout)
+        var = laid_out(torch.rand(4, dtype=stats, device=device), layout)
+        running = (
+            torch.zeros(4, dtype=dtype, device=device),
+            torch.ones(4, dtype=dtype, device=device),
+        )
+        cases.append((*running, output, mean, var, 0.1))
+    return cases
+
+
+#: The torch.ops.tensortools operators this file covers, and how to make their samples.
+SAMPLE_BUILDERS = {
+    "conv_bn2d_forward": _conv_bn2d_forward_samples,
+    "conv_bn2d_backward": _conv_bn2d_backward_samples,
+    "conv_bn2d_eval": _conv_bn2d_eval_samples,
+    "conv_bn2d_update_stats": _conv_bn2d_update_stats_samples,
+}
+OPERATORS = tuple(SAMPLE_BUILDERS)
+
+
+def sample_inputs(device, layout="contiguous"):
+    """(operator name, args) for each of OPERATORS, its arguments made on `device` in
+    `layout` (one of LAYOUTS: contiguous, transposed, channels_last, expanded, empty)."""
+    for name, build in SAMPLE_BUILDERS.items():
+        for args in build(layout, device):
+            yield name, args
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_over_layouts(device, layout):
+    check_opcheck(sample_inputs(device, layout))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_meta_kernel_describes_the_real_result(device, layout):
+    check_meta_describes_the_real_result(sample_inputs(device, layout))
+
+
+@pytest.mark.parametrize("name", OPERATORS)
+def test_one_argument_on_meta_is_refused(name):
+    args = next(a for n, a in sample_inputs("cpu") if n == name)
+    check_one_argument_on_meta_is_refused(name, args)
+
+
+# --- more devices and refusals -------------------------------------------------------
+
+
+def test_conv_bn_refuses_what_it_cannot_normalise():
+    inp, weight = torch.randn(2, 0, 5, 5), torch.randn(3, 0, 3, 3)
+    for device in ("cpu", "meta"):
+        with pytest.raises(ValueError, match="'input' must have at least one channel"):
+            ops.fused_conv_bn2d(inp.to(device), weight.to(device))
+        with pytest.raises(ValueError, match="'input' must have at least one channel"):
+            ops.fused_conv_bn2d(
+                inp.to(device),
+                weight.to(device),
+                torch.zeros(3, device=device),
+                torch.ones(3, device=device),
+                training=False,
+            )
+        with pytest.raises(ValueError, match="more than 1 value per channel"):
+            ops.fused_conv_bn2d(
+                torch.randn(1, 2, 3, 3, device=device), torch.randn(4, 2, 3, 3, device=device)
+            )
+        with pytest.raises(ValueError, match="'eps' must be >= 0"):
+            ops.fused_conv_bn2d(
+                torch.randn(2, 2, 3, 3, device=device),
+                torch.randn(4, 2, 3, 3, device=device),
+                torch.zeros(4),
+                torch.ones(4),
+                training=False,
+                eps=-1e-3,
+            )
+
+
+@pytest.mark.parametrize("weight_shape", [(0, 2, 3, 3), (4, 2, 0, 3), (4, 2, 3, 0)])
+def test_conv_bn_refuses_an_empty_weight_on_every_device(weight_shape):
+    for device in ("cpu", "meta"):
+        inp, weight = (
+            torch.randn(2, 2, 5, 5, device=device),
+            torch.randn(weight_shape, device=device),
+        )
+        with pytest.raises(ValueError, match="'weight' must have at least one output channel"):
+            T.conv_bn2d_forward(inp, weight, None, None, [1, 1], [0, 0], 1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, D])
+def test_conv_bn2d_cuda_matches_cpu(dtype):
+    torch.manual_seed(1)
+    cpu = nn.FusedConvBN2d(3, 8, 3, stride=2, padding=1, dtype=dtype)
+    with torch.no_grad():
+        cpu.gamma.uniform_(0.5, 1.5), cpu.beta.uniform_(-1, 1)
+    gpu = nn.FusedConvBN2d(3, 8, 3, stride=2, padding=1, dtype=dtype, device="cuda")
+    gpu.load_state_dict(cpu.state_dict())
+    x = torch.randn(5, 3, 17, 17, dtype=dtype) * 3 + 2
+    grad = torch.randn(5, 8, 9, 9, dtype=dtype)
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {}
+    for _ in range(2):
+        xc, xg = x.clone().requires_grad_(), x.cuda().requires_grad_()
+        out_c, out_g = cpu(xc), gpu(xg)
+        d_c = torch.autograd.grad(out_c, [xc, cpu.weight, cpu.gamma, cpu.beta], grad)
+        d_g = torch.autograd.grad(out_g, [xg, gpu.weight, gpu.gamma, gpu.beta], grad.cuda())
+        for a, b in zip((out_g, *d_g), (out_c, *d_c)):
+            torch.testing.assert_close(a.cpu(), b, **tol)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(gpu, name).cpu(), getattr(cpu, name), **tol)
+    cpu.eval(), gpu.eval()
+    torch.testing.assert_close(gpu(x.cuda()).cpu(), cpu(x), **tol)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_conv_bn2d_half_types_against_float64(dtype):
+    x = torch.randn(4, 3, 12, 12, dtype=D)
+    w = torch.randn(6, 3, 3, 3, dtype=D) / 5
+    want = reference.fused_conv_bn2d(x, w, padding=1)
+    got = ops.fused_conv_bn2d(x.to("cuda", dtype), w.to("cuda", dtype), padding=1)
+    assert got.dtype == dtype
+    # outputs are normalised (order 1): an absolute tolerance of a few half ulps of 1..4
+    assert (got.double().cpu() - want).abs().max().item() < 40 * HALF_TOLERANCE[dtype]

@@ -2,6 +2,16 @@
 
 import pytest
 import torch
+from _support.op_samples import (
+    LAYOUTS,
+    D,
+    check_meta_describes_the_real_result,
+    check_one_argument_on_meta_is_refused,
+    check_opcheck,
+    laid_out,
+    requiring_grad,
+)
+from conftest import DEVICES
 
 from tensortools import MetadataTensor, nn, ops, reference
 
@@ -109,3 +119,64 @@ def test_cheaper_multiplication_order_is_used(f_in, f_out, first):
     shapes = [e.input_shapes for e in prof.events() if e.name == "aten::mm"]
     # the first product: adj @ x (adj first) or x @ weight (weight first)
     assert tuple(shapes[0][0]) == first
+
+
+# --- samples of the raw operators, and the checks every operator's samples go through ---
+
+
+def _graph_conv_samples(layout, device):
+    n = 0 if layout == "empty" else 5
+    adj = laid_out(torch.randn(n, n, dtype=D, device=device), layout)
+    x = laid_out(torch.randn(n, 3, dtype=D, device=device), layout)
+    w, b = torch.randn(3, 2, dtype=D, device=device), torch.randn(2, dtype=D, device=device)
+    return [
+        tuple(requiring_grad(adj, x, w, b)),
+        (*requiring_grad(adj.detach(), x.detach(), w.detach()), None),
+    ]
+
+
+#: The torch.ops.tensortools operators this file covers, and how to make their samples.
+SAMPLE_BUILDERS = {"graph_conv": _graph_conv_samples}
+OPERATORS = tuple(SAMPLE_BUILDERS)
+
+
+def sample_inputs(device, layout="contiguous"):
+    """(operator name, args) for each of OPERATORS, its arguments made on `device` in
+    `layout` (one of LAYOUTS: contiguous, transposed, channels_last, expanded, empty)."""
+    for name, build in SAMPLE_BUILDERS.items():
+        for args in build(layout, device):
+            yield name, args
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_over_layouts(device, layout):
+    check_opcheck(sample_inputs(device, layout))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_meta_kernel_describes_the_real_result(device, layout):
+    check_meta_describes_the_real_result(sample_inputs(device, layout))
+
+
+@pytest.mark.parametrize("name", OPERATORS)
+def test_one_argument_on_meta_is_refused(name):
+    args = next(a for n, a in sample_inputs("cpu") if n == name)
+    check_one_argument_on_meta_is_refused(name, args)
+
+
+# --- more devices and refusals -------------------------------------------------------
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["dense", "coo", "csr"])
+def test_graph_conv_cuda_matches_cpu(layout):
+    adj = (torch.rand(7, 7) < 0.4).double() * torch.rand(7, 7, dtype=D)
+    x, w, b = torch.randn(7, 3, dtype=D), torch.randn(3, 5, dtype=D), torch.randn(5, dtype=D)
+    a = adj.cuda()
+    a = a.to_sparse() if layout == "coo" else a.to_sparse_csr() if layout == "csr" else a
+    got = ops.graph_conv(a, x.cuda(), w.cuda(), b.cuda())
+    torch.testing.assert_close(got.cpu(), reference.graph_conv(adj, x, w, b))

@@ -3,6 +3,19 @@
 import pytest
 import torch
 from _support.lltm_cases import NAMES, compare, make_args, random_grads, run
+from _support.op_samples import (
+    HALF_TOLERANCE,
+    LAYOUTS,
+    D,
+    T,
+    check_meta_describes_the_real_result,
+    check_one_argument_on_meta_is_refused,
+    check_opcheck,
+    laid_out,
+    lltm_args,
+    requiring_grad,
+    to_each,
+)
 from conftest import DEVICES
 from hypothesis import given
 from hypothesis import strategies as st
@@ -436,3 +449,108 @@ def test_user_type_intercepts_lltm(index):
     ref_h, ref_cell = reference.lltm(*_good)
     torch.testing.assert_close(new_h.tensor, ref_h)
     torch.testing.assert_close(new_cell.tensor, ref_cell)
+
+
+# --- samples of the raw operators, and the checks every operator's samples go through ---
+
+
+def _lltm_forward_samples(layout, device):
+    B, F, S = (0 if layout == "empty" else 3), 5, 4
+    shapes = [(B, F), (3 * S, S + F), (3 * S,), (B, S), (B, S)]
+    return [
+        tuple(
+            requiring_grad(
+                *(laid_out(torch.randn(s, dtype=D, device=device), layout) for s in shapes)
+            )
+        )
+    ]
+
+
+def _lltm_backward_samples(layout, device):
+    (args,) = _lltm_forward_samples("empty" if layout == "empty" else "contiguous", device)
+    _, new_cell, gates, X = T.lltm_forward(*args)
+    B, S = new_cell.shape
+    grads = [laid_out(torch.randn(B, S, dtype=D, device=device), layout) for _ in range(2)]
+    return [
+        (
+            *grads,
+            new_cell.detach(),
+            laid_out(gates, layout),
+            laid_out(X, layout),
+            laid_out(args[1], layout),
+        )
+    ]
+
+
+#: The torch.ops.tensortools operators this file covers, and how to make their samples.
+SAMPLE_BUILDERS = {"lltm_forward": _lltm_forward_samples, "lltm_backward": _lltm_backward_samples}
+OPERATORS = tuple(SAMPLE_BUILDERS)
+
+
+def sample_inputs(device, layout="contiguous"):
+    """(operator name, args) for each of OPERATORS, its arguments made on `device` in
+    `layout` (one of LAYOUTS: contiguous, transposed, channels_last, expanded, empty)."""
+    for name, build in SAMPLE_BUILDERS.items():
+        for args in build(layout, device):
+            yield name, args
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_over_layouts(device, layout):
+    check_opcheck(sample_inputs(device, layout))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_meta_kernel_describes_the_real_result(device, layout):
+    check_meta_describes_the_real_result(sample_inputs(device, layout))
+
+
+@pytest.mark.parametrize("name", OPERATORS)
+def test_one_argument_on_meta_is_refused(name):
+    args = next(a for n, a in sample_inputs("cpu") if n == name)
+    check_one_argument_on_meta_is_refused(name, args)
+
+
+# --- more devices and refusals -------------------------------------------------------
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("size", [(3, 17, 5), (16, 32, 128), (1, 4, 1031)])
+@pytest.mark.parametrize("dtype", [torch.float32, D])
+def test_lltm_cuda_matches_cpu_forward_and_backward(size, dtype):
+    cpu = [a.to(dtype).requires_grad_() for a in lltm_args(*size)]
+    gpu = [a.detach().cuda().requires_grad_() for a in cpu]
+    grads = [torch.randn(size[0], size[2], dtype=dtype) for _ in range(2)]
+    out_c = ops.lltm(*cpu)
+    out_g = ops.lltm(*gpu)
+    d_c = torch.autograd.grad(out_c, cpu, grads)
+    d_g = torch.autograd.grad(out_g, gpu, [g.cuda() for g in grads])
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {}
+    for a, b in zip(out_g + d_g, out_c + d_c):
+        torch.testing.assert_close(a.cpu(), b, **tol)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_lltm_half_types_against_float64(dtype):
+    args = lltm_args(64, 32, 128)
+    want = reference.lltm(*args)
+    got = ops.lltm(*to_each(args, dtype=dtype, device="cuda"))
+    for g, w in zip(got, want):
+        assert g.dtype == dtype
+        err = (g.double().cpu() - w).abs().max().item()
+        assert err <= HALF_TOLERANCE[dtype] * max(1.0, w.abs().max().item()) * 4, err
+
+
+@pytest.mark.cuda
+def test_lltm_batch_beyond_grid_limit():
+    # more rows than a grid's y dimension could hold: the grid-stride loop covers them
+    args = lltm_args(70000, 3, 4, dtype=torch.float32, device="cuda")
+    got = ops.lltm(*args)
+    want = reference.lltm(*args)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)

@@ -14,6 +14,18 @@ from _support.lltm_cases import (
     run_sequence,
     sequence_grads,
 )
+from _support.op_samples import (
+    HALF_TOLERANCE,
+    LAYOUTS,
+    D,
+    check_meta_describes_the_real_result,
+    check_one_argument_on_meta_is_refused,
+    check_opcheck,
+    laid_out,
+    requiring_grad,
+    sequence_args,
+    to_each,
+)
 from conftest import DEVICES
 from hypothesis import given
 from hypothesis import strategies as st
@@ -539,3 +551,154 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+# --- samples of the raw operators, and the checks every operator's samples go through ---
+
+
+def _lltm_sequence_forward_samples(layout, device):
+    T, B, F, S = 4, (0 if layout == "empty" else 3), 5, 4
+    shapes = [(T, B, F), (3 * S, S + F), (3 * S,), (B, S), (B, S)]
+    cases = [
+        tuple(
+            requiring_grad(
+                *(laid_out(torch.randn(s, dtype=D, device=device), layout) for s in shapes)
+            )
+        )
+    ]
+    if layout == "empty":  # no steps at all
+        cases.append(
+            tuple(requiring_grad(*(torch.randn(0, 3, F, dtype=D, device=device), *cases[0][1:3])))
+            + tuple(
+                requiring_grad(
+                    torch.randn(3, S, dtype=D, device=device),
+                    torch.randn(3, S, dtype=D, device=device),
+                )
+            )
+        )
+    return cases
+
+
+def _lltm_sequence_backward_samples(layout, device):
+    cases = []
+    for args in _lltm_sequence_forward_samples(
+        "empty" if layout == "empty" else "contiguous", device
+    ):
+        input, weights, _, h0, _ = (a.detach() for a in args)
+        output, h_n, c_n, cells, gates = torch.ops.tensortools.lltm_sequence_forward(*args)
+        grads = [
+            laid_out(torch.randn(t.shape, dtype=D, device=device), layout)
+            for t in (output, h_n, c_n)
+        ]
+        saved = tuple(laid_out(t, layout) for t in (input, weights, h0, output.detach()))
+        for mask in ([True, True, True], [False, True, False], [True, False, True]):
+            cases.append((*grads, *saved, cells, laid_out(gates, layout), mask))
+    return cases
+
+
+#: The torch.ops.tensortools operators this file covers, and how to make their samples.
+SAMPLE_BUILDERS = {
+    "lltm_sequence_forward": _lltm_sequence_forward_samples,
+    "lltm_sequence_backward": _lltm_sequence_backward_samples,
+}
+OPERATORS = tuple(SAMPLE_BUILDERS)
+
+
+def sample_inputs(device, layout="contiguous"):
+    """(operator name, args) for each of OPERATORS, its arguments made on `device` in
+    `layout` (one of LAYOUTS: contiguous, transposed, channels_last, expanded, empty)."""
+    for name, build in SAMPLE_BUILDERS.items():
+        for args in build(layout, device):
+            yield name, args
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_over_layouts(device, layout):
+    check_opcheck(sample_inputs(device, layout))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_meta_kernel_describes_the_real_result(device, layout):
+    check_meta_describes_the_real_result(sample_inputs(device, layout))
+
+
+@pytest.mark.parametrize("name", OPERATORS)
+def test_one_argument_on_meta_is_refused(name):
+    args = next(a for n, a in sample_inputs("cpu") if n == name)
+    check_one_argument_on_meta_is_refused(name, args)
+
+
+# --- more devices and refusals -------------------------------------------------------
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("size", [(0, 3, 4, 5), (1, 3, 17, 5), (32, 16, 32, 128), (5, 2, 4, 1031)])
+@pytest.mark.parametrize("dtype", [torch.float32, D])
+def test_lltm_sequence_cuda_matches_cpu_forward_and_backward(size, dtype):
+    steps, batch, _, state = size
+    cpu = [a.to(dtype).requires_grad_() for a in sequence_args(*size)]
+    gpu = [a.detach().cuda().requires_grad_() for a in cpu]
+    out_c, out_g = ops.lltm_sequence(*cpu), ops.lltm_sequence(*gpu)
+    grads = [torch.randn(o.shape, dtype=dtype) for o in out_c]
+
+    def loss(outs, grads):
+        return sum((o * g).sum() for o, g in zip(outs, grads))
+
+    d_c = torch.autograd.grad(loss(out_c, grads), cpu, materialize_grads=True)
+    d_g = torch.autograd.grad(loss(out_g, [g.cuda() for g in grads]), gpu, materialize_grads=True)
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {}
+    for a, b in zip(out_g + d_g, out_c + d_c):
+        torch.testing.assert_close(a.cpu(), b, **tol)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_lltm_sequence_half_types_against_float64(dtype):
+    # Errors grow along the recurrence: 16 steps, compared at the scale of the results.
+    args = sequence_args(16, 64, 32, 128)
+    want = reference.lltm_sequence(*args)
+    got = ops.lltm_sequence(*to_each(args, dtype=dtype, device="cuda"))
+    for g, w in zip(got, want):
+        assert g.dtype == dtype
+        err = (g.double().cpu() - w).abs().max().item()
+        assert err <= HALF_TOLERANCE[dtype] * max(1.0, w.abs().max().item()) * 16, err
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_lltm_sequence_half_types_backward_against_float64(dtype):
+    # The backward adds each step's recurrent gradient into grad_h in the half type.
+    args = sequence_args(16, 64, 32, 128)
+    grads = [torch.randn(16, 64, 128, dtype=D), torch.randn(64, 128, dtype=D)]
+
+    def run(fn, args, grads):
+        leaves = [a.detach().requires_grad_() for a in args]
+        output, h_n, _ = fn(*leaves)
+        return torch.autograd.grad((output * grads[0]).sum() + (h_n * grads[1]).sum(), leaves)
+
+    want = run(reference.lltm_sequence, args, grads)
+    got = run(
+        ops.lltm_sequence,
+        to_each(args, dtype=dtype, device="cuda"),
+        to_each(grads, dtype=dtype, device="cuda"),
+    )
+    for g, w in zip(got, want):
+        assert g.dtype == dtype
+        err = (g.double().cpu() - w).abs().max().item()
+        assert err <= HALF_TOLERANCE[dtype] * max(1.0, w.abs().max().item()) * 16, err
+
+
+@pytest.mark.cuda
+def test_lltm_sequence_launches_at_most_two_kernels_per_step_forward():
+    from tensortools.bench import kernel_count
+
+    args = sequence_args(1, 16, 32, 128, dtype=torch.float32, device="cuda")
+    counts = {}
+    for steps in (8, 16):
+        seq = [torch.randn(steps, 16, 32, device="cuda"), *args[1:]]
+        counts[steps] = kernel_count(lambda: ops.lltm_sequence(*seq), "cuda")
+    assert (counts[16] - counts[8]) / 8 <= 2, counts

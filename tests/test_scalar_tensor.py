@@ -1,5 +1,6 @@
 """ScalarTensor itself (tensortools/types/scalar/tensor.py): the documented examples, the
-constructor, policies, copying and pickling; and the kernels its handlers call. The
+constructor, policies, copying and pickling. The kernels its handlers call are
+tests/test_ops_scalar_ops.py. The
 handler families have their own tests: test_scalar_arithmetic, _elementwise,
 _reductions, _linalg, _queries, _in_place, and the compiled path test_scalar_fast_path."""
 
@@ -9,8 +10,7 @@ import pytest
 import torch
 
 import tensortools
-from tensortools import ScalarTensor, ops
-from tensortools.types.scalar.common import scale_finite
+from tensortools import ScalarTensor
 
 # --- the documented examples -------------------------------------------------------------
 
@@ -107,65 +107,7 @@ def test_constructor_validation():
     assert ScalarTensor(2, 2.7, dtype=torch.int64).value == 2
 
 
-# --- the kernels behind the handlers -----------------------------------------------------
-
-
-@pytest.mark.parametrize("shape", [(5, 5), (3, 4, 4), (2, 1, 1), (0, 0)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bfloat16])
-def test_add_diagonal_and_scale_match_reference(shape, dtype):
-    t = (torch.randn(shape) * 10).to(dtype)
-    n = shape[-1]
-    eye = torch.eye(n, dtype=dtype)
-    torch.testing.assert_close(ops.add_diagonal(t, 3), t + 3 * eye, rtol=0, atol=0)
-    torch.testing.assert_close(ops.scale(t, -2), t * -2, rtol=0, atol=0)
-
-
-def test_kernels_accept_non_contiguous_input():
-    t = torch.randn(6, 6, dtype=torch.float64)[::2, ::2].t()
-    assert not t.is_contiguous()
-    torch.testing.assert_close(ops.add_diagonal(t, 1.5), t + 1.5 * torch.eye(3, dtype=t.dtype))
-    torch.testing.assert_close(ops.scale(t, 1.5), t * 1.5)
-
-
-@pytest.mark.slow
-def test_kernels_gradcheck_and_opcheck():
-    t = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
-    v = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(ops.add_diagonal, (t, v))
-    assert torch.autograd.gradcheck(ops.scale, (t, v))
-    assert torch.autograd.gradgradcheck(ops.scale, (t, v))
-    for op in (torch.ops.tensortools.add_diagonal.default, torch.ops.tensortools.scale.default):
-        torch.library.opcheck(op, (t, v))
-
-
-@pytest.mark.parametrize(
-    "dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64]
-)
-@pytest.mark.parametrize("numel", [0, 1, 7, 100_003])  # the last spans several tasks
-def test_scale_finite_matches_reference(dtype, numel):
-    t = (torch.randn(numel) * 10).to(dtype)
-    out, all_finite = scale_finite(t, torch.tensor(-3, dtype=dtype))
-    torch.testing.assert_close(out, t * -3, rtol=0, atol=0)
-    assert all_finite.dtype == torch.bool and all_finite.dim() == 0 and bool(all_finite)
-    if dtype.is_floating_point and numel:
-        for bad in (float("inf"), -float("inf"), float("nan")):
-            for where in {0, numel // 2, numel - 1}:
-                u = t.clone()
-                u[where] = bad
-                out, all_finite = scale_finite(u, torch.tensor(2, dtype=dtype))
-                assert not bool(all_finite), (bad, where)
-                torch.testing.assert_close(out, u * 2, rtol=0, atol=0, equal_nan=True)
-
-
-def test_scale_finite_gradcheck_and_opcheck():
-    t = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
-    v = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda a, b: scale_finite(a, b)[0], (t, v))
-    torch.library.opcheck(torch.ops.tensortools.scale_finite.default, (t, v))
-    with pytest.raises(
-        TypeError, match="tensortools.scale_finite: 'value' must have the same dtype"
-    ):
-        torch.ops.tensortools.scale_finite(torch.ones(2), torch.tensor(1.0, dtype=torch.float64))
+# --- the structured calls that use the kernels ---------------------------------------------
 
 
 def test_matmul_with_large_non_finite_operand_is_dense_exact():
@@ -176,35 +118,6 @@ def test_matmul_with_large_non_finite_operand_is_dense_exact():
         t[where] = float("inf")
         torch.testing.assert_close(d @ t, d.tensor() @ t, equal_nan=True)
         torch.testing.assert_close(t @ d, t @ d.tensor(), equal_nan=True)
-
-
-def test_kernels_compile():
-    f = torch.compile(
-        lambda t: ops.scale(ops.add_diagonal(t, 2.0), 3.0), fullgraph=True, backend="aot_eager"
-    )
-    t = torch.randn(4, 4)
-    torch.testing.assert_close(f(t), (t + 2 * torch.eye(4)) * 3)
-
-
-def test_kernel_bad_input():
-    with pytest.raises(ValueError, match="'input' must be a square matrix"):
-        ops.add_diagonal(torch.ones(2, 3), 1)
-    with pytest.raises(ValueError, match="'input' must be a square matrix"):
-        ops.add_diagonal(torch.ones(3), 1)
-    with pytest.raises(TypeError, match="'input' must have dtype"):
-        ops.scale(torch.ones(2, dtype=torch.complex64), 1)
-    with pytest.raises(TypeError, match="'input' must have dtype"):
-        ops.scale(torch.ones(2, dtype=torch.bool), 1)
-    with pytest.raises(ValueError, match="'value' must be a number or a 0-d tensor"):
-        ops.scale(torch.ones(2), torch.ones(2))
-    with pytest.raises(TypeError, match="'value' must be a number"):
-        ops.scale(torch.ones(2), "2")
-    with pytest.raises(TypeError, match="'input' must be a torch.Tensor"):
-        ops.scale([1.0], 2)
-    with pytest.raises(ValueError, match="'value' must be 0-D"):
-        torch.ops.tensortools.scale(torch.ones(2), torch.ones(1))
-    with pytest.raises(TypeError, match="'value' must have the same dtype as 'input'"):
-        torch.ops.tensortools.scale(torch.ones(2), torch.tensor(1.0, dtype=torch.float64))
 
 
 def test_structured_matmul_is_cheaper_than_dense_flops():
@@ -239,15 +152,3 @@ def test_copy_and_pickle():
     for r in (copy.deepcopy(d), pickle.loads(pickle.dumps(d)), copy.copy(d)):
         assert isinstance(r, ScalarTensor) and repr(r) == repr(d) and r.dtype == d.dtype
         assert torch.equal(r.tensor(), d.tensor())
-
-
-@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int16, torch.int8])
-def test_integer_kernels_wrap_around_like_torch(dtype):
-    # Signed overflow is computed without undefined behaviour and wraps as torch does.
-    top = torch.iinfo(dtype).max
-    t = torch.full((40, 40), top, dtype=dtype)
-    torch.testing.assert_close(
-        ops.add_diagonal(t, 1), t + torch.eye(40, dtype=dtype), rtol=0, atol=0
-    )
-    torch.testing.assert_close(ops.scale(t, 3), t * 3, rtol=0, atol=0)
-    torch.testing.assert_close(ops.scale(t, -1), t * -1, rtol=0, atol=0)

@@ -1,0 +1,183 @@
+"""The kernels behind ScalarTensor's handlers (tensortools/ops/scalar_ops.py): add_diagonal,
+scale and scale_finite against the plain-PyTorch maths, over dtypes, shapes, layouts and
+devices, their gradients, opcheck, torch.compile and bad input."""
+
+import pytest
+import torch
+from _support.op_samples import (
+    LAYOUTS,
+    D,
+    check_meta_describes_the_real_result,
+    check_one_argument_on_meta_is_refused,
+    check_opcheck,
+    laid_out,
+)
+from conftest import DEVICES
+
+from tensortools import ScalarTensor, ops
+from tensortools.types.scalar.common import scale_finite
+
+
+@pytest.mark.parametrize("shape", [(5, 5), (3, 4, 4), (2, 1, 1), (0, 0)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bfloat16])
+def test_add_diagonal_and_scale_match_reference(shape, dtype):
+    t = (torch.randn(shape) * 10).to(dtype)
+    n = shape[-1]
+    eye = torch.eye(n, dtype=dtype)
+    torch.testing.assert_close(ops.add_diagonal(t, 3), t + 3 * eye, rtol=0, atol=0)
+    torch.testing.assert_close(ops.scale(t, -2), t * -2, rtol=0, atol=0)
+
+
+def test_kernels_accept_non_contiguous_input():
+    t = torch.randn(6, 6, dtype=torch.float64)[::2, ::2].t()
+    assert not t.is_contiguous()
+    torch.testing.assert_close(ops.add_diagonal(t, 1.5), t + 1.5 * torch.eye(3, dtype=t.dtype))
+    torch.testing.assert_close(ops.scale(t, 1.5), t * 1.5)
+
+
+@pytest.mark.slow
+def test_kernels_gradcheck_and_opcheck():
+    t = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    v = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(ops.add_diagonal, (t, v))
+    assert torch.autograd.gradcheck(ops.scale, (t, v))
+    assert torch.autograd.gradgradcheck(ops.scale, (t, v))
+    for op in (torch.ops.tensortools.add_diagonal.default, torch.ops.tensortools.scale.default):
+        torch.library.opcheck(op, (t, v))
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64]
+)
+@pytest.mark.parametrize("numel", [0, 1, 7, 100_003])  # the last spans several tasks
+def test_scale_finite_matches_reference(dtype, numel):
+    t = (torch.randn(numel) * 10).to(dtype)
+    out, all_finite = scale_finite(t, torch.tensor(-3, dtype=dtype))
+    torch.testing.assert_close(out, t * -3, rtol=0, atol=0)
+    assert all_finite.dtype == torch.bool and all_finite.dim() == 0 and bool(all_finite)
+    if dtype.is_floating_point and numel:
+        for bad in (float("inf"), -float("inf"), float("nan")):
+            for where in {0, numel // 2, numel - 1}:
+                u = t.clone()
+                u[where] = bad
+                out, all_finite = scale_finite(u, torch.tensor(2, dtype=dtype))
+                assert not bool(all_finite), (bad, where)
+                torch.testing.assert_close(out, u * 2, rtol=0, atol=0, equal_nan=True)
+
+
+def test_scale_finite_gradcheck_and_opcheck():
+    t = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    v = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: scale_finite(a, b)[0], (t, v))
+    torch.library.opcheck(torch.ops.tensortools.scale_finite.default, (t, v))
+    with pytest.raises(
+        TypeError, match="tensortools.scale_finite: 'value' must have the same dtype"
+    ):
+        torch.ops.tensortools.scale_finite(torch.ones(2), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_kernels_compile():
+    f = torch.compile(
+        lambda t: ops.scale(ops.add_diagonal(t, 2.0), 3.0), fullgraph=True, backend="aot_eager"
+    )
+    t = torch.randn(4, 4)
+    torch.testing.assert_close(f(t), (t + 2 * torch.eye(4)) * 3)
+
+
+def test_kernel_bad_input():
+    with pytest.raises(ValueError, match="'input' must be a square matrix"):
+        ops.add_diagonal(torch.ones(2, 3), 1)
+    with pytest.raises(ValueError, match="'input' must be a square matrix"):
+        ops.add_diagonal(torch.ones(3), 1)
+    with pytest.raises(TypeError, match="'input' must have dtype"):
+        ops.scale(torch.ones(2, dtype=torch.complex64), 1)
+    with pytest.raises(TypeError, match="'input' must have dtype"):
+        ops.scale(torch.ones(2, dtype=torch.bool), 1)
+    with pytest.raises(ValueError, match="'value' must be a number or a 0-d tensor"):
+        ops.scale(torch.ones(2), torch.ones(2))
+    with pytest.raises(TypeError, match="'value' must be a number"):
+        ops.scale(torch.ones(2), "2")
+    with pytest.raises(TypeError, match="'input' must be a torch.Tensor"):
+        ops.scale([1.0], 2)
+    with pytest.raises(ValueError, match="'value' must be 0-D"):
+        torch.ops.tensortools.scale(torch.ones(2), torch.ones(1))
+    with pytest.raises(TypeError, match="'value' must have the same dtype as 'input'"):
+        torch.ops.tensortools.scale(torch.ones(2), torch.tensor(1.0, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int16, torch.int8])
+def test_integer_kernels_wrap_around_like_torch(dtype):
+    # Signed overflow is computed without undefined behaviour and wraps as torch does.
+    top = torch.iinfo(dtype).max
+    t = torch.full((40, 40), top, dtype=dtype)
+    torch.testing.assert_close(
+        ops.add_diagonal(t, 1), t + torch.eye(40, dtype=dtype), rtol=0, atol=0
+    )
+    torch.testing.assert_close(ops.scale(t, 3), t * 3, rtol=0, atol=0)
+    torch.testing.assert_close(ops.scale(t, -1), t * -1, rtol=0, atol=0)
+
+
+# --- samples of the raw operators, and the checks every operator's samples go through ---
+
+
+def _square_samples(layout, device):
+    n = 0 if layout == "empty" else 4
+    t = laid_out(torch.randn(2, 3, n, n, dtype=D, device=device), layout)
+    return [
+        (t.requires_grad_(), torch.tensor(1.5, dtype=D, device=device, requires_grad=True)),
+        (t.detach()[0, 0], torch.tensor(-2.0, dtype=D, device=device)),
+    ]
+
+
+#: The torch.ops.tensortools operators this file covers, and how to make their samples.
+SAMPLE_BUILDERS = {
+    "add_diagonal": _square_samples,
+    "scale": _square_samples,
+    "scale_finite": _square_samples,
+}
+OPERATORS = tuple(SAMPLE_BUILDERS)
+
+
+def sample_inputs(device, layout="contiguous"):
+    """(operator name, args) for each of OPERATORS, its arguments made on `device` in
+    `layout` (one of LAYOUTS: contiguous, transposed, channels_last, expanded, empty)."""
+    for name, build in SAMPLE_BUILDERS.items():
+        for args in build(layout, device):
+            yield name, args
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_over_layouts(device, layout):
+    check_opcheck(sample_inputs(device, layout))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_meta_kernel_describes_the_real_result(device, layout):
+    check_meta_describes_the_real_result(sample_inputs(device, layout))
+
+
+@pytest.mark.parametrize("name", OPERATORS)
+def test_one_argument_on_meta_is_refused(name):
+    args = next(a for n, a in sample_inputs("cpu") if n == name)
+    check_one_argument_on_meta_is_refused(
+        name, args, numbers=(1,) if name in ("add_diagonal", "scale", "scale_finite") else ()
+    )
+
+
+@pytest.mark.cuda
+def test_kernels_match_cpu_on_cuda():
+    m = torch.randn(2, 4, 4, dtype=D)
+    torch.testing.assert_close(
+        ops.add_diagonal(m.cuda(), 2.5).cpu(), ops.add_diagonal(m, 2.5), rtol=0, atol=0
+    )
+    torch.testing.assert_close(ops.scale(m.cuda(), 2.5).cpu(), ops.scale(m, 2.5), rtol=0, atol=0)
+    ints = torch.arange(16).reshape(4, 4)
+    torch.testing.assert_close(
+        ops.add_diagonal(ints.cuda(), 3).cpu(), ints + 3 * torch.eye(4, dtype=torch.long)
+    )
+    d = ScalarTensor(4, 2.0, dtype=D, device="cuda")
+    torch.testing.assert_close((d @ m[0].cuda()).cpu(), 2.0 * m[0])
