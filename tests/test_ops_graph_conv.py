@@ -3,15 +3,11 @@
 import pytest
 import torch
 from _support.op_samples import (
-    LAYOUTS,
     D,
-    check_meta_describes_the_real_result,
-    check_one_argument_on_meta_is_refused,
-    check_opcheck,
     laid_out,
+    operator_checks,
     requiring_grad,
 )
-from conftest import DEVICES
 
 from tensortools import MetadataTensor, nn, ops, reference
 
@@ -137,35 +133,14 @@ def _graph_conv_samples(layout, device):
 
 #: The torch.ops.tensortools operators this file covers, and how to make their samples.
 SAMPLE_BUILDERS = {"graph_conv": _graph_conv_samples}
-OPERATORS = tuple(SAMPLE_BUILDERS)
 
 
-def sample_inputs(device, layout="contiguous"):
-    """(operator name, args) for each of OPERATORS, its arguments made on `device` in
-    `layout` (one of LAYOUTS: contiguous, transposed, channels_last, expanded, empty)."""
-    for name, build in SAMPLE_BUILDERS.items():
-        for args in build(layout, device):
-            yield name, args
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("device", DEVICES)
-def test_opcheck_over_layouts(device, layout):
-    check_opcheck(sample_inputs(device, layout))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("device", DEVICES)
-def test_meta_kernel_describes_the_real_result(device, layout):
-    check_meta_describes_the_real_result(sample_inputs(device, layout))
-
-
-@pytest.mark.parametrize("name", OPERATORS)
-def test_one_argument_on_meta_is_refused(name):
-    args = next(a for n, a in sample_inputs("cpu") if n == name)
-    check_one_argument_on_meta_is_refused(name, args)
+(
+    sample_inputs,
+    test_opcheck_over_layouts,
+    test_meta_kernel_describes_the_real_result,
+    test_one_argument_on_meta_is_refused,
+) = operator_checks(SAMPLE_BUILDERS)
 
 
 # --- more devices and refusals -------------------------------------------------------

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 import pytest
 import torch
+from conftest import DEVICES
 
 T = torch.ops.tensortools
 D = torch.float64
@@ -100,3 +101,42 @@ def sequence_args(steps, batch, features, state, dtype=D, device="cpu"):
 def to_each(args, **kw):
     """Each of args converted with Tensor.to(**kw)."""
     return [a.to(**kw) for a in args]
+
+
+def operator_checks(builders: dict, numbers: dict | None = None) -> tuple:
+    """For a test module whose SAMPLE_BUILDERS map each operator it covers to a builder
+    ``(layout, device) -> [args, ...]``: its ``sample_inputs(device, layout)`` and the
+    three tests every operator's samples go through, to be assigned at the module's top
+    level (pytest collects them there). `numbers`: operator -> positions of 0-d tensors
+    it reads as numbers."""
+
+    def sample_inputs(device, layout="contiguous"):
+        """(operator name, args) for each operator, its arguments made on `device` in
+        `layout` (one of LAYOUTS)."""
+        for name, build in builders.items():
+            for args in build(layout, device):
+                yield name, args
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("layout", LAYOUTS)
+    @pytest.mark.parametrize("device", DEVICES)
+    def test_opcheck_over_layouts(device, layout):
+        check_opcheck(sample_inputs(device, layout))
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("layout", LAYOUTS)
+    @pytest.mark.parametrize("device", DEVICES)
+    def test_meta_kernel_describes_the_real_result(device, layout):
+        check_meta_describes_the_real_result(sample_inputs(device, layout))
+
+    @pytest.mark.parametrize("name", tuple(builders))
+    def test_one_argument_on_meta_is_refused(name):
+        args = next(a for n, a in sample_inputs("cpu") if n == name)
+        check_one_argument_on_meta_is_refused(name, args, (numbers or {}).get(name, ()))
+
+    return (
+        sample_inputs,
+        test_opcheck_over_layouts,
+        test_meta_kernel_describes_the_real_result,
+        test_one_argument_on_meta_is_refused,
+    )
