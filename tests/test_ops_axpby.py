@@ -2,13 +2,7 @@
 
 import pytest
 import torch
-from _support.op_samples import (
-    D,
-    T,
-    laid_out,
-    operator_checks,
-    requiring_grad,
-)
+from _support.op_samples import D, OperatorTests, T, make, requiring_grad
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs, ops, reference
 
@@ -98,16 +92,22 @@ def test_with_the_tensor_types():
     torch.testing.assert_close(ops.axpby(d, y, 2.0, 1.0), 2 * d.tensor() + y, rtol=0, atol=0)
 
 
-# --- samples of the raw operators, and the checks every operator's samples go through ---
+# --- samples of the raw operator, and the checks every operator's samples go through ---
 
 
-def _axpby_samples(layout, device):
+def _axpby_samples(layout, dtype, device):
     n = 0 if layout == "empty" else 2
-    x = laid_out(torch.randn(n, 3, 4, 5, dtype=D, device=device), layout)
-    y = laid_out(torch.randn(n, 3, 4, 5, dtype=D, device=device), layout)
+    x, y = (make((n, 3, 4, 5), layout, dtype, device) for _ in range(2))
     return [
         (*requiring_grad(x, y), 2.0, -0.5),
-        (*requiring_grad(x.detach(), torch.randn(5, dtype=D, device=device)), 1.0, 3.0),
+        (*requiring_grad(x.detach(), make((5,), layout, dtype, device)), 1.0, 3.0),
+        (
+            *requiring_grad(
+                make((3, 1), layout, dtype, device), make((1, 4), layout, dtype, device)
+            ),
+            1.5,
+            -2.0,
+        ),
     ]
 
 
@@ -115,12 +115,14 @@ def _axpby_samples(layout, device):
 SAMPLE_BUILDERS = {"axpby": _axpby_samples}
 
 
-(
-    sample_inputs,
-    test_opcheck_over_layouts,
-    test_meta_kernel_describes_the_real_result,
-    test_one_argument_on_meta_is_refused,
-) = operator_checks(SAMPLE_BUILDERS)
+class TestSamples(OperatorTests):
+    """axpby's samples against reference.axpby, its gradients, opcheck and meta kernel."""
+
+    builders = SAMPLE_BUILDERS
+    references = {"axpby": reference.axpby}
+
+
+sample_inputs = TestSamples.sample_inputs
 
 
 # --- more devices and refusals -------------------------------------------------------
@@ -149,3 +151,9 @@ def test_axpby_matches_cpu_on_cuda():
     for dtype in (torch.float16, torch.bfloat16):
         got = ops.axpby(x.to("cuda", dtype), y.to("cuda", dtype), 2.0, -0.5)
         torch.testing.assert_close(got.cpu(), reference.axpby(x, y, 2.0, -0.5).to(dtype))
+
+
+@pytest.mark.cuda
+def test_argument_on_the_wrong_device_is_named():
+    with pytest.raises(ValueError, match="'y' must be on the same device as 'x'"):
+        ops.axpby(torch.randn(3, device="cuda"), torch.randn(3), 1.0, 1.0)

@@ -3,11 +3,13 @@
 import pytest
 import torch
 from _support.op_samples import (
+    FLOATING,
     HALF_TOLERANCE,
     D,
+    OperatorTests,
     T,
     laid_out,
-    operator_checks,
+    make,
     requiring_grad,
 )
 
@@ -474,32 +476,34 @@ def test_eval_refuses_negative_eps():
 # --- samples of the raw operators, and the checks every operator's samples go through ---
 
 
-def _conv_samples(layout, device):
+def _stats_dtype(dtype):
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _conv_samples(layout, dtype, device):
     n = 0 if layout == "empty" else 2
-    inp = laid_out(torch.randn(n, 3, 6, 6, dtype=D, device=device), layout)
-    weight = laid_out(torch.randn(4, 3, 3, 3, dtype=D, device=device), layout)
     return (
-        inp,
-        weight,
-        torch.rand(4, dtype=D, device=device) + 0.5,
-        torch.randn(4, dtype=D, device=device),
+        make((n, 3, 6, 6), layout, dtype, device),
+        make((4, 3, 3, 3), layout, dtype, device),
+        (torch.rand(4, dtype=D, device=device) + 0.5).to(dtype),
+        make((4,), "contiguous", dtype, device),
     )
 
 
-def _conv_bn2d_forward_samples(layout, device):
+def _conv_bn2d_forward_samples(layout, dtype, device):
     if layout == "empty":  # no batch, no statistics: refused (tested below)
         layout = "contiguous"
-    inp, weight, gamma, beta = _conv_samples(layout, device)
+    inp, weight, gamma, beta = _conv_samples(layout, dtype, device)
     return [
         (*requiring_grad(inp, weight, gamma, beta), [1, 1], [1, 1], 1e-5),
         (*requiring_grad(inp.detach(), weight.detach()), None, None, [2, 1], [0, 2], 0.0),
     ]
 
 
-def _conv_bn2d_backward_samples(layout, device):
-    inp, weight, gamma, beta = _conv_samples("contiguous", device)
+def _conv_bn2d_backward_samples(layout, dtype, device):
+    inp, weight, gamma, beta = _conv_samples("contiguous", dtype, device)
     out, mean, var = T.conv_bn2d_forward(inp, weight, gamma, beta, [1, 1], [1, 1], 1e-5)
-    grad = laid_out(torch.randn_like(out), layout)
+    grad = make(out.shape, layout, dtype, device)
     return [
         (
             grad,
@@ -517,29 +521,78 @@ def _conv_bn2d_backward_samples(layout, device):
     ]
 
 
-def _conv_bn2d_eval_samples(layout, device):
-    inp, weight, gamma, beta = _conv_samples(layout, device)
-    stats = torch.randn(4, dtype=D, device=device), torch.rand(4, dtype=D, device=device) + 0.5
+def _conv_bn2d_eval_samples(layout, dtype, device):
+    inp, weight, gamma, beta = _conv_samples(layout, dtype, device)
+    stats = make((4,), "contiguous", dtype, device), make((4,), "contiguous", dtype, device).abs()
     return [
         (*requiring_grad(inp, weight), *stats, *requiring_grad(gamma, beta), [1, 1], [1, 1], 1e-5),
         (*requiring_grad(inp.detach(), weight.detach()), *stats, None, None, [2, 2], [0, 0], 0.0),
     ]
 
 
-def _conv_bn2d_update_stats_samples(layout, device):
-    n = 0 if layout == "empty" else 2
-    cases = []
-    for dtype in (D, torch.half):  # half: its statistics are in float
-        output = laid_out(torch.randn(n, 4, 3, 3, dtype=dtype, device=device), layout)
-        stats = torch.float32 if dtype == torch.half else dtype
-        mean = laid_out(torch.randn(4, dtype=stats, device=device), layout)
-        var = laid_out(torch.rand(4, dtype=stats, device=device), layout)
-        running = (
-            torch.zeros(4, dtype=dtype, device=device),
-            torch.ones(4, dtype=dtype, device=device),
-        )
-        cases.append((*running, output, mean, var, 0.1))
-    return cases
+def _conv_bn2d_update_stats_samples(layout, dtype, device):
+    # half types keep their statistics in float
+    n, stats = (0 if layout == "empty" else 2), _stats_dtype(dtype)
+    running = (
+        torch.zeros(4, dtype=dtype, device=device),
+        torch.ones(4, dtype=dtype, device=device),
+    )
+    output = make((n, 4, 3, 3), layout, dtype, device)
+    mean = make((4,), layout, stats, device)
+    var = laid_out(torch.rand(4, dtype=stats, device=device), layout)
+    return [(*running, output, mean, var, 0.1)]
+
+
+def _conv_bn2d_forward_reference(input, weight, gamma, beta, stride, padding, eps):
+    """(output, mean, biased variance of the convolution per channel): batch norm's
+    training step, written out (torch's batch_norm refuses an eps of 0 in training)."""
+    channel = (1, -1, 1, 1)
+    z = torch.nn.functional.conv2d(input, weight, None, stride, padding)
+    mean, var = z.mean((0, 2, 3)), z.var((0, 2, 3), correction=0)
+    out = (z - mean.reshape(channel)) * torch.rsqrt(var + eps).reshape(channel)
+    if gamma is not None:
+        out = out * gamma.reshape(channel)
+    if beta is not None:
+        out = out + beta.reshape(channel)
+    return out, mean, var
+
+
+def _conv_bn2d_backward_reference(
+    grad_output, input, weight, gamma, mean, var, stride, padding, eps, output_mask
+):
+    """(grad_input, grad_weight, grad_gamma, grad_beta) of batch norm's training step over
+    the recomputed convolution, for the given statistics; those output_mask leaves out
+    are None."""
+    channel = (1, -1, 1, 1)
+    dims = (0, 2, 3)
+    with torch.enable_grad():
+        input, weight = input.detach().requires_grad_(), weight.detach().requires_grad_()
+        z = torch.nn.functional.conv2d(input, weight, None, stride, padding)
+    invstd = torch.rsqrt(var + eps).reshape(channel)
+    xhat = (z.detach() - mean.reshape(channel)) * invstd
+    g = grad_output
+    scale = invstd if gamma is None else invstd * gamma.reshape(channel)
+    grad_z = scale * (g - g.mean(dims, keepdim=True) - xhat * (g * xhat).mean(dims, keepdim=True))
+    grad_input, grad_weight = torch.autograd.grad(z, (input, weight), grad_z)
+    grad_gamma, grad_beta = (g * xhat).sum(dims), g.sum(dims)
+    mask = (*output_mask, output_mask[2])
+    return tuple(
+        r if m else None for r, m in zip((grad_input, grad_weight, grad_gamma, grad_beta), mask)
+    )
+
+
+def _conv_bn2d_eval_reference(input, weight, mean, var, gamma, beta, stride, padding, eps):
+    return reference.fused_conv_bn2d(
+        input, weight, mean, var, gamma, beta, stride, padding, training=False, eps=eps
+    )
+
+
+def _conv_bn2d_update_stats_reference(running_mean, running_var, output, mean, var, momentum):
+    """batch_norm's update of the running statistics (the unbiased variance), in place."""
+    count = output.numel() // output.shape[1]
+    if count:
+        running_mean.mul_(1 - momentum).add_(momentum * mean)
+        running_var.mul_(1 - momentum).add_(momentum * count / (count - 1) * var)
 
 
 #: The torch.ops.tensortools operators this file covers, and how to make their samples.
@@ -551,12 +604,24 @@ SAMPLE_BUILDERS = {
 }
 
 
-(
-    sample_inputs,
-    test_opcheck_over_layouts,
-    test_meta_kernel_describes_the_real_result,
-    test_one_argument_on_meta_is_refused,
-) = operator_checks(SAMPLE_BUILDERS)
+class TestSamples(OperatorTests):
+    """The conv-bn operators against batch_norm(conv2d(...)) in plain PyTorch, gradients,
+    opcheck and meta kernels."""
+
+    builders = SAMPLE_BUILDERS
+    references = {
+        "conv_bn2d_forward": _conv_bn2d_forward_reference,
+        "conv_bn2d_backward": _conv_bn2d_backward_reference,
+        "conv_bn2d_eval": _conv_bn2d_eval_reference,
+        "conv_bn2d_update_stats": _conv_bn2d_update_stats_reference,
+    }
+    # the running statistics' update is made of ATen calls: every floating dtype anywhere
+    dtypes = {"conv_bn2d_update_stats": dict.fromkeys(("cpu", "cuda"), FLOATING["cuda"])}
+    # outputs are normalised (order 1): a few half ulps of 1..4
+    tolerance = 40.0
+
+
+sample_inputs = TestSamples.sample_inputs
 
 
 # --- more devices and refusals -------------------------------------------------------
@@ -636,3 +701,9 @@ def test_conv_bn2d_half_types_against_float64(dtype):
     assert got.dtype == dtype
     # outputs are normalised (order 1): an absolute tolerance of a few half ulps of 1..4
     assert (got.double().cpu() - want).abs().max().item() < 40 * HALF_TOLERANCE[dtype]
+
+
+@pytest.mark.cuda
+def test_argument_on_the_wrong_device_is_named():
+    with pytest.raises(ValueError, match="'weight' must be on the same device as 'input'"):
+        ops.fused_conv_bn2d(torch.randn(2, 1, 4, 4, device="cuda"), torch.randn(2, 1, 3, 3))

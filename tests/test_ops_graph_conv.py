@@ -2,12 +2,7 @@
 
 import pytest
 import torch
-from _support.op_samples import (
-    D,
-    laid_out,
-    operator_checks,
-    requiring_grad,
-)
+from _support.op_samples import D, OperatorTests, make, requiring_grad
 
 from tensortools import MetadataTensor, nn, ops, reference
 
@@ -117,17 +112,18 @@ def test_cheaper_multiplication_order_is_used(f_in, f_out, first):
     assert tuple(shapes[0][0]) == first
 
 
-# --- samples of the raw operators, and the checks every operator's samples go through ---
+# --- samples of the raw operator, and the checks every operator's samples go through ---
 
 
-def _graph_conv_samples(layout, device):
+def _graph_conv_samples(layout, dtype, device):
     n = 0 if layout == "empty" else 5
-    adj = laid_out(torch.randn(n, n, dtype=D, device=device), layout)
-    x = laid_out(torch.randn(n, 3, dtype=D, device=device), layout)
-    w, b = torch.randn(3, 2, dtype=D, device=device), torch.randn(2, dtype=D, device=device)
+    adj, x = make((n, n), layout, dtype, device), make((n, 3), layout, dtype, device)
+    # in < out multiplies (adj @ x) @ weight first; in > out, adj @ (x @ weight)
+    w, wide = make((3, 2), layout, dtype, device), make((3, 4), layout, dtype, device)
+    b = make((2,), layout, dtype, device)
     return [
         tuple(requiring_grad(adj, x, w, b)),
-        (*requiring_grad(adj.detach(), x.detach(), w.detach()), None),
+        (*requiring_grad(adj.detach(), x.detach(), wide), None),
     ]
 
 
@@ -135,12 +131,14 @@ def _graph_conv_samples(layout, device):
 SAMPLE_BUILDERS = {"graph_conv": _graph_conv_samples}
 
 
-(
-    sample_inputs,
-    test_opcheck_over_layouts,
-    test_meta_kernel_describes_the_real_result,
-    test_one_argument_on_meta_is_refused,
-) = operator_checks(SAMPLE_BUILDERS)
+class TestSamples(OperatorTests):
+    """graph_conv's samples against reference.graph_conv, gradients, opcheck, meta kernel."""
+
+    builders = SAMPLE_BUILDERS
+    references = {"graph_conv": reference.graph_conv}
+
+
+sample_inputs = TestSamples.sample_inputs
 
 
 # --- more devices and refusals -------------------------------------------------------

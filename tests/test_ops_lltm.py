@@ -2,14 +2,22 @@
 
 import pytest
 import torch
-from _support.lltm_cases import NAMES, compare, make_args, random_grads, run
+from _support.lltm_cases import (
+    NAMES,
+    cell_backward_reference,
+    cell_forward_reference,
+    compare,
+    make_args,
+    random_grads,
+    run,
+)
 from _support.op_samples import (
     HALF_TOLERANCE,
     D,
+    OperatorTests,
     T,
     laid_out,
-    lltm_args,
-    operator_checks,
+    make,
     requiring_grad,
     to_each,
 )
@@ -451,23 +459,16 @@ def test_user_type_intercepts_lltm(index):
 # --- samples of the raw operators, and the checks every operator's samples go through ---
 
 
-def _lltm_forward_samples(layout, device):
+def _lltm_forward_samples(layout, dtype, device):
     B, F, S = (0 if layout == "empty" else 3), 5, 4
     shapes = [(B, F), (3 * S, S + F), (3 * S,), (B, S), (B, S)]
-    return [
-        tuple(
-            requiring_grad(
-                *(laid_out(torch.randn(s, dtype=D, device=device), layout) for s in shapes)
-            )
-        )
-    ]
+    return [tuple(requiring_grad(*(make(s, layout, dtype, device) for s in shapes)))]
 
 
-def _lltm_backward_samples(layout, device):
-    (args,) = _lltm_forward_samples("empty" if layout == "empty" else "contiguous", device)
+def _lltm_backward_samples(layout, dtype, device):
+    (args,) = _lltm_forward_samples("empty" if layout == "empty" else "contiguous", dtype, device)
     _, new_cell, gates, X = T.lltm_forward(*args)
-    B, S = new_cell.shape
-    grads = [laid_out(torch.randn(B, S, dtype=D, device=device), layout) for _ in range(2)]
+    grads = [make(new_cell.shape, layout, dtype, device) for _ in range(2)]
     return [
         (
             *grads,
@@ -479,16 +480,30 @@ def _lltm_backward_samples(layout, device):
     ]
 
 
+def _lltm_backward_reference(grad_h, grad_cell, new_cell, gates, X, weights):
+    """(d_input, d_weights, d_bias, d_old_h, d_old_cell)."""
+    S = new_cell.shape[1]
+    d_gates, d_old_cell = cell_backward_reference(grad_h, grad_cell, new_cell, gates)
+    d_X = d_gates @ weights
+    return d_X[:, S:], d_gates.t() @ X, d_gates.sum(0), d_X[:, :S], d_old_cell
+
+
 #: The torch.ops.tensortools operators this file covers, and how to make their samples.
 SAMPLE_BUILDERS = {"lltm_forward": _lltm_forward_samples, "lltm_backward": _lltm_backward_samples}
 
 
-(
-    sample_inputs,
-    test_opcheck_over_layouts,
-    test_meta_kernel_describes_the_real_result,
-    test_one_argument_on_meta_is_refused,
-) = operator_checks(SAMPLE_BUILDERS)
+class TestSamples(OperatorTests):
+    """The LLTM cell's operators against their plain-PyTorch maths, gradients, opcheck and
+    meta kernels."""
+
+    builders = SAMPLE_BUILDERS
+    references = {
+        "lltm_forward": cell_forward_reference,
+        "lltm_backward": _lltm_backward_reference,
+    }
+
+
+sample_inputs = TestSamples.sample_inputs
 
 
 # --- more devices and refusals -------------------------------------------------------
@@ -498,7 +513,7 @@ SAMPLE_BUILDERS = {"lltm_forward": _lltm_forward_samples, "lltm_backward": _lltm
 @pytest.mark.parametrize("size", [(3, 17, 5), (16, 32, 128), (1, 4, 1031)])
 @pytest.mark.parametrize("dtype", [torch.float32, D])
 def test_lltm_cuda_matches_cpu_forward_and_backward(size, dtype):
-    cpu = [a.to(dtype).requires_grad_() for a in lltm_args(*size)]
+    cpu = [a.to(dtype).requires_grad_() for a in make_args(*size)]
     gpu = [a.detach().cuda().requires_grad_() for a in cpu]
     grads = [torch.randn(size[0], size[2], dtype=dtype) for _ in range(2)]
     out_c = ops.lltm(*cpu)
@@ -513,7 +528,7 @@ def test_lltm_cuda_matches_cpu_forward_and_backward(size, dtype):
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_lltm_half_types_against_float64(dtype):
-    args = lltm_args(64, 32, 128)
+    args = make_args(64, 32, 128)
     want = reference.lltm(*args)
     got = ops.lltm(*to_each(args, dtype=dtype, device="cuda"))
     for g, w in zip(got, want):
@@ -525,8 +540,36 @@ def test_lltm_half_types_against_float64(dtype):
 @pytest.mark.cuda
 def test_lltm_batch_beyond_grid_limit():
     # more rows than a grid's y dimension could hold: the grid-stride loop covers them
-    args = lltm_args(70000, 3, 4, dtype=torch.float32, device="cuda")
+    args = make_args(70000, 3, 4, dtype=torch.float32, device="cuda")
     got = ops.lltm(*args)
     want = reference.lltm(*args)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cuda
+def test_argument_on_the_wrong_device_is_named():
+    args = list(make_args(2, 3, 4, device="cuda"))
+    args[3] = args[3].cpu()
+    with pytest.raises(ValueError, match="'old_h' must be on the same device as 'input'"):
+        ops.lltm(*args)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_argument_on_another_gpu_is_named():
+    args = list(make_args(2, 3, 4, device="cuda:0"))
+    args[1] = args[1].to("cuda:1")
+    with pytest.raises(ValueError, match="'weights' must be on the same device as 'input'"):
+        ops.lltm(*args)
+
+
+@pytest.mark.cuda
+def test_kernels_run_on_a_side_stream_and_current_device():
+    args = make_args(8, 4, 6, dtype=torch.float32, device="cuda")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        got = ops.lltm(*args)
+    stream.synchronize()
+    for g, w in zip(got, reference.lltm(*args)):
+        torch.testing.assert_close(g, w)

@@ -9,6 +9,8 @@ import pytest
 import torch
 from _support.lltm_cases import (
     SEQUENCE_NAMES,
+    cell_backward_reference,
+    cell_forward_reference,
     compare_sequence,
     make_sequence_args,
     run_sequence,
@@ -17,10 +19,10 @@ from _support.lltm_cases import (
 from _support.op_samples import (
     HALF_TOLERANCE,
     D,
+    OperatorTests,
     laid_out,
-    operator_checks,
+    make,
     requiring_grad,
-    sequence_args,
     to_each,
 )
 from conftest import DEVICES
@@ -553,44 +555,62 @@ print("ok")
 # --- samples of the raw operators, and the checks every operator's samples go through ---
 
 
-def _lltm_sequence_forward_samples(layout, device):
+def _lltm_sequence_forward_samples(layout, dtype, device):
     T, B, F, S = 4, (0 if layout == "empty" else 3), 5, 4
     shapes = [(T, B, F), (3 * S, S + F), (3 * S,), (B, S), (B, S)]
-    cases = [
-        tuple(
-            requiring_grad(
-                *(laid_out(torch.randn(s, dtype=D, device=device), layout) for s in shapes)
-            )
-        )
-    ]
+    cases = [tuple(requiring_grad(*(make(s, layout, dtype, device) for s in shapes)))]
     if layout == "empty":  # no steps at all
-        cases.append(
-            tuple(requiring_grad(*(torch.randn(0, 3, F, dtype=D, device=device), *cases[0][1:3])))
-            + tuple(
-                requiring_grad(
-                    torch.randn(3, S, dtype=D, device=device),
-                    torch.randn(3, S, dtype=D, device=device),
-                )
-            )
-        )
+        no_steps = (make((0, 3, F), layout, dtype, device), *cases[0][1:3])
+        states = (make((3, S), layout, dtype, device), make((3, S), layout, dtype, device))
+        cases.append(tuple(requiring_grad(*no_steps, *states)))
     return cases
 
 
-def _lltm_sequence_backward_samples(layout, device):
+def _lltm_sequence_backward_samples(layout, dtype, device):
     cases = []
     for args in _lltm_sequence_forward_samples(
-        "empty" if layout == "empty" else "contiguous", device
+        "empty" if layout == "empty" else "contiguous", dtype, device
     ):
         input, weights, _, h0, _ = (a.detach() for a in args)
-        output, h_n, c_n, cells, gates = torch.ops.tensortools.lltm_sequence_forward(*args)
-        grads = [
-            laid_out(torch.randn(t.shape, dtype=D, device=device), layout)
-            for t in (output, h_n, c_n)
-        ]
+        output, h_n, c_n, cells, gates = T_OPS.lltm_sequence_forward(*args)
+        grads = [make(t.shape, layout, dtype, device) for t in (output, h_n, c_n)]
         saved = tuple(laid_out(t, layout) for t in (input, weights, h0, output.detach()))
         for mask in ([True, True, True], [False, True, False], [True, False, True]):
             cases.append((*grads, *saved, cells, laid_out(gates, layout), mask))
     return cases
+
+
+def _lltm_sequence_forward_reference(input, weights, bias, h0, c0):
+    """(output, h_n, c_n, cells, gates): the cell's maths step by step."""
+    h, c, steps = h0, c0, []
+    for x in input.unbind(0):
+        h, c, gates, _ = cell_forward_reference(x, weights, bias, h, c)
+        steps.append((h, c, gates))
+    if not steps:
+        (batch, state), empty = h0.shape, input.new_empty
+        return empty(0, batch, state), h0, c0, empty(0, batch, state), empty(0, batch, 3 * state)
+    output, cells, gates = (torch.stack(t) for t in zip(*steps))
+    return output, h, c, cells, gates
+
+
+def _lltm_sequence_backward_reference(
+    grad_output, grad_h_n, grad_c_n, input, weights, h0, output, cells, gates, output_mask
+):
+    """(d_input, d_weights, d_bias, d_h0, d_c0), those of input, weights and bias only
+    where output_mask asks: the cell's backward from the last step to the first."""
+    S = h0.shape[1]
+    d_h, d_c, d_gates = grad_h_n, grad_c_n, [torch.zeros_like(gates[:0])]
+    for t in reversed(range(input.shape[0])):
+        step, d_c = cell_backward_reference(grad_output[t] + d_h, d_c, cells[t], gates[t])
+        d_h = step @ weights[:, :S]
+        d_gates.insert(0, step[None])
+    d_gates = torch.cat(d_gates)
+    X = torch.cat([torch.cat([h0[None], output])[: input.shape[0]], input], dim=2)
+    d_input = d_gates @ weights[:, S:]
+    d_weights = torch.einsum("tbg,tbk->gk", d_gates, X)
+    d_bias = d_gates.sum((0, 1))
+    wanted = [g if m else None for g, m in zip((d_input, d_weights, d_bias), output_mask)]
+    return (*wanted, d_h, d_c)
 
 
 #: The torch.ops.tensortools operators this file covers, and how to make their samples.
@@ -600,12 +620,19 @@ SAMPLE_BUILDERS = {
 }
 
 
-(
-    sample_inputs,
-    test_opcheck_over_layouts,
-    test_meta_kernel_describes_the_real_result,
-    test_one_argument_on_meta_is_refused,
-) = operator_checks(SAMPLE_BUILDERS)
+class TestSamples(OperatorTests):
+    """The LLTM sequence operators against the cell's maths step by step, gradients,
+    opcheck and meta kernels."""
+
+    builders = SAMPLE_BUILDERS
+    references = {
+        "lltm_sequence_forward": _lltm_sequence_forward_reference,
+        "lltm_sequence_backward": _lltm_sequence_backward_reference,
+    }
+    tolerance = 16.0  # errors grow along the recurrence
+
+
+sample_inputs = TestSamples.sample_inputs
 
 
 # --- more devices and refusals -------------------------------------------------------
@@ -616,7 +643,7 @@ SAMPLE_BUILDERS = {
 @pytest.mark.parametrize("dtype", [torch.float32, D])
 def test_lltm_sequence_cuda_matches_cpu_forward_and_backward(size, dtype):
     steps, batch, _, state = size
-    cpu = [a.to(dtype).requires_grad_() for a in sequence_args(*size)]
+    cpu = [a.to(dtype).requires_grad_() for a in make_sequence_args(*size)]
     gpu = [a.detach().cuda().requires_grad_() for a in cpu]
     out_c, out_g = ops.lltm_sequence(*cpu), ops.lltm_sequence(*gpu)
     grads = [torch.randn(o.shape, dtype=dtype) for o in out_c]
@@ -635,7 +662,7 @@ def test_lltm_sequence_cuda_matches_cpu_forward_and_backward(size, dtype):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_lltm_sequence_half_types_against_float64(dtype):
     # Errors grow along the recurrence: 16 steps, compared at the scale of the results.
-    args = sequence_args(16, 64, 32, 128)
+    args = make_sequence_args(16, 64, 32, 128)
     want = reference.lltm_sequence(*args)
     got = ops.lltm_sequence(*to_each(args, dtype=dtype, device="cuda"))
     for g, w in zip(got, want):
@@ -648,7 +675,7 @@ def test_lltm_sequence_half_types_against_float64(dtype):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_lltm_sequence_half_types_backward_against_float64(dtype):
     # The backward adds each step's recurrent gradient into grad_h in the half type.
-    args = sequence_args(16, 64, 32, 128)
+    args = make_sequence_args(16, 64, 32, 128)
     grads = [torch.randn(16, 64, 128, dtype=D), torch.randn(64, 128, dtype=D)]
 
     def run(fn, args, grads):
@@ -672,7 +699,7 @@ def test_lltm_sequence_half_types_backward_against_float64(dtype):
 def test_lltm_sequence_launches_at_most_two_kernels_per_step_forward():
     from tensortools.bench import kernel_count
 
-    args = sequence_args(1, 16, 32, 128, dtype=torch.float32, device="cuda")
+    args = make_sequence_args(1, 16, 32, 128, dtype=torch.float32, device="cuda")
     counts = {}
     for steps in (8, 16):
         seq = [torch.randn(steps, 16, 32, device="cuda"), *args[1:]]

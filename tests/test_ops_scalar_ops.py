@@ -4,11 +4,7 @@ devices, their gradients, opcheck, torch.compile and bad input."""
 
 import pytest
 import torch
-from _support.op_samples import (
-    D,
-    laid_out,
-    operator_checks,
-)
+from _support.op_samples import D, OperatorTests, make, requiring_grad
 
 from tensortools import ScalarTensor, ops
 from tensortools.types.scalar.common import scale_finite
@@ -116,13 +112,18 @@ def test_integer_kernels_wrap_around_like_torch(dtype):
 # --- samples of the raw operators, and the checks every operator's samples go through ---
 
 
-def _square_samples(layout, device):
+def _square_samples(layout, dtype, device):
     n = 0 if layout == "empty" else 4
-    t = laid_out(torch.randn(2, 3, n, n, dtype=D, device=device), layout)
+    t = make((2, 3, n, n), layout, dtype, device)
+    value = torch.tensor(1.5, dtype=D, device=device).to(dtype)
     return [
-        (t.requires_grad_(), torch.tensor(1.5, dtype=D, device=device, requires_grad=True)),
-        (t.detach()[0, 0], torch.tensor(-2.0, dtype=D, device=device)),
+        tuple(requiring_grad(t, value)),
+        (t.detach()[0, 0], torch.tensor(-2.0, dtype=D, device=device).to(dtype)),
     ]
+
+
+def _add_diagonal_reference(input, value):
+    return input + value * torch.eye(input.shape[-1], dtype=input.dtype, device=input.device)
 
 
 #: The torch.ops.tensortools operators this file covers, and how to make their samples.
@@ -131,14 +132,27 @@ SAMPLE_BUILDERS = {
     "scale": _square_samples,
     "scale_finite": _square_samples,
 }
+#: every real dtype the kernels take, on every device
+DTYPES = dict.fromkeys(
+    ("cpu", "cuda"),
+    (D, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int8),
+)
 
 
-(
-    sample_inputs,
-    test_opcheck_over_layouts,
-    test_meta_kernel_describes_the_real_result,
-    test_one_argument_on_meta_is_refused,
-) = operator_checks(SAMPLE_BUILDERS, {"add_diagonal": (1,), "scale": (1,), "scale_finite": (1,)})
+class TestSamples(OperatorTests):
+    """The scalar kernels' samples against their maths, gradients, opcheck, meta kernels."""
+
+    builders = SAMPLE_BUILDERS
+    references = {
+        "add_diagonal": _add_diagonal_reference,
+        "scale": lambda input, value: input * value,
+        "scale_finite": lambda input, value: (input * value, input.isfinite().all()),
+    }
+    dtypes = dict.fromkeys(SAMPLE_BUILDERS, DTYPES)
+    numbers = dict.fromkeys(SAMPLE_BUILDERS, (1,))
+
+
+sample_inputs = TestSamples.sample_inputs
 
 
 @pytest.mark.cuda

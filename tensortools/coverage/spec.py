@@ -37,6 +37,10 @@ def _no_problem(cls: type, result: Any) -> str:
     return ""
 
 
+def _as_the_type(cls: type, tensor: Tensor) -> Any:
+    return cls._make(tensor)
+
+
 @dataclasses.dataclass(frozen=True)
 class CoverageSpec:
     """How the coverage report and the testing kit run a type's samples."""
@@ -93,7 +97,7 @@ def _is_size(x: Any) -> bool:
 def wrap_every_tensor(cls: type, input: Any, args: tuple, kwargs: dict) -> tuple | None:
     """Every tensor of the sample as its spec's ``instance``; None for samples with no
     tensor (factories), or with one of a layout the type cannot hold."""
-    instance = spec_for(cls).instance or (lambda klass, t: klass._make(t))
+    instance = spec_for(cls).instance or _as_the_type
     wrapped: list = []
 
     def make(t: Tensor) -> Any:
@@ -121,6 +125,6 @@ register(
         fallback_means="the plain call on the wrapped tensors, tensor results wrapped",
         substitute=wrap_every_tensor,
         result_problem=results_of_the_type,
-        instance=lambda cls, t: cls._make(t),
+        instance=_as_the_type,
     ),
 )

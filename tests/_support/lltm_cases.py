@@ -1,4 +1,5 @@
-"""Random LLTM arguments for the tests."""
+"""Random LLTM arguments for the tests, and the maths of the cell's raw operators (what
+lltm_forward saves for backward, and the backward from it) in plain PyTorch."""
 
 import torch
 
@@ -43,6 +44,27 @@ def compare(args, grads, **tol):
         torch.testing.assert_close(a, b, **tol, msg=lambda m, n=name: f"{n}: {m}")
     for name, a, b in zip(NAMES, arg_grads, ref_grads):
         torch.testing.assert_close(a, b, **tol, msg=lambda m, n=name: f"grad {n}: {m}")
+
+
+def cell_forward_reference(input, weights, bias, old_h, old_cell):
+    """lltm_forward's (new_h, new_cell, gates, X): reference.lltm's results, the activated
+    gates side by side and X = [old_h | input]."""
+    X = torch.cat([old_h, input], dim=-1)
+    i, o, c = torch.nn.functional.linear(X, weights, bias).chunk(3, dim=-1)
+    gates = torch.cat([torch.sigmoid(i), torch.sigmoid(o), torch.nn.functional.elu(c)], dim=-1)
+    return (*tensortools.reference.lltm(input, weights, bias, old_h, old_cell), gates, X)
+
+
+def cell_backward_reference(grad_h, grad_cell, new_cell, gates):
+    """(d_gates, d_old_cell): the gradients of one step's pre-activation gates and old cell,
+    from its activated gates (elu's derivative from its output: 1 above 0, else y + 1)."""
+    ig, og, cc = gates.chunk(3, dim=-1)
+    t = torch.tanh(new_cell)
+    d_cell = grad_cell + grad_h * og * (1 - t * t)
+    d_i = d_cell * cc * ig * (1 - ig)
+    d_o = grad_h * t * og * (1 - og)
+    d_c = d_cell * ig * torch.where(cc > 0, torch.ones_like(cc), cc + 1)
+    return torch.cat([d_i, d_o, d_c], dim=-1), d_cell
 
 
 SEQUENCE_NAMES = ("input", "weights", "bias", "h0", "c0")

@@ -1,12 +1,17 @@
-"""What every operator's tests share: the layouts its samples come in, and the checks
-each operator's samples go through (``torch.library.opcheck``, the meta kernel against
-the real one, a meta argument among real ones refused). Each ``tests/test_ops_<op>.py``
-defines its ``sample_inputs(device, layout)`` and runs these checks over them on every
-device; ``OPERATORS`` there names the ``torch.ops.tensortools`` operators it covers."""
+"""What every operator's tests share: the layouts and dtypes its samples come in, and the
+checks every sample goes through, on every device.
+
+Each ``tests/test_ops_<op>.py`` has ``SAMPLE_BUILDERS``, one builder per raw operator of
+``torch.ops.tensortools`` it covers, ``(layout, dtype, device) -> [args, ...]``, and the
+plain-PyTorch maths of each raw operator (``references``, from ``tensortools.reference``
+where it has them). Its ``class TestSamples(OperatorTests)`` runs the checks below, and
+``sample_inputs = TestSamples.sample_inputs`` is the operator's ``sample_inputs(device)``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -15,8 +20,24 @@ from conftest import DEVICES
 T = torch.ops.tensortools
 D = torch.float64
 LAYOUTS = ["contiguous", "transposed", "channels_last", "expanded", "empty"]
+#: The dtypes of a floating operator's kernels on each device type.
+FLOATING = {
+    "cpu": (torch.float64, torch.float32),
+    "cuda": (torch.float64, torch.float32, torch.float16, torch.bfloat16),
+}
 #: max |half result - float64 reference| allowed, relative to the reference's scale
 HALF_TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 2e-2, torch.float32: 1e-5}
+#: The same for every dtype a sample comes in (float64 against float64 maths: rounding).
+TOLERANCE = {torch.float64: 1e-9, **HALF_TOLERANCE}
+
+
+class Sample(NamedTuple):
+    """One call of a raw operator: ``getattr(torch.ops.tensortools, op).default(*args)``."""
+
+    op: str
+    args: tuple
+    layout: str
+    dtype: torch.dtype
 
 
 def laid_out(t: torch.Tensor, layout: str) -> torch.Tensor:
@@ -32,70 +53,16 @@ def laid_out(t: torch.Tensor, layout: str) -> torch.Tensor:
     return t.contiguous()
 
 
+def make(shape, layout: str = "contiguous", dtype: torch.dtype = D, device="cpu", scale=1.0):
+    """Random values of `shape` (standard normal times `scale`; integers for an integer
+    dtype) in `dtype`, on `device`, laid out as `layout`."""
+    t = torch.randn(shape, dtype=D, device=device) * scale
+    return laid_out(t.to(dtype) if dtype.is_floating_point else (t * 10).to(dtype), layout)
+
+
 def requiring_grad(*tensors):
     """The floating tensors among `tensors` set to require grad (in place)."""
     return [t.requires_grad_() if t.is_floating_point() else t for t in tensors]
-
-
-def check_opcheck(samples: Iterable[tuple[str, tuple]]) -> None:
-    """torch.library.opcheck on each (operator name, args): schema, autograd registration,
-    fake tensors against the real kernel including strides, AOT dispatch."""
-    for name, args in samples:
-        torch.library.opcheck(getattr(T, name).default, args)
-
-
-def check_meta_describes_the_real_result(samples: Iterable[tuple[str, tuple]]) -> None:
-    """Shapes, dtypes and the strides of every non-trivial dimension agree; the meta
-    kernel never computes (its outputs are meta tensors)."""
-    for name, args in samples:
-        op = getattr(T, name).default
-        real = op(*args)
-        meta = op(*[a.detach().to("meta") if isinstance(a, torch.Tensor) else a for a in args])
-        real = real if isinstance(real, tuple) else (real,)
-        meta = meta if isinstance(meta, tuple) else (meta,)
-        assert len(real) == len(meta), name
-        for r, m in zip(real, meta):
-            if r is None:
-                assert m is None, name
-                continue
-            assert m.is_meta, name
-            assert (m.shape, m.dtype) == (r.shape, r.dtype), name
-            assert [s for n, s in zip(m.shape, m.stride()) if n > 1] == [
-                s for n, s in zip(r.shape, r.stride()) if n > 1
-            ], name
-
-
-def check_one_argument_on_meta_is_refused(name: str, args: tuple, numbers=()) -> None:
-    """A meta tensor among CPU ones dispatches to the meta kernel, which must refuse the
-    mix (never hand back uninitialised memory as a result). `numbers`: the positions of
-    0-d tensors the operator reads as numbers (their device is not a tensor's device)."""
-    op = getattr(T, name).default
-    args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
-    if sum(isinstance(a, torch.Tensor) for a in args) < 2:
-        pytest.skip(f"{name} takes one tensor: there is no mix of devices to refuse")
-    for index, a in enumerate(args):
-        if not isinstance(a, torch.Tensor) or index in numbers:
-            continue
-        mixed = [x.detach().to("meta") if i == index else x for i, x in enumerate(args)]
-        with pytest.raises(ValueError, match="must be on the same device"):
-            op(*mixed)
-
-
-def lltm_args(batch, features, state, dtype=D, device="cpu"):
-    g = {"dtype": dtype, "device": device}
-    weights = torch.randn(3 * state, state + features, **g) / (state + features) ** 0.5
-    return [
-        torch.randn(batch, features, **g),
-        weights,
-        torch.randn(3 * state, **g),
-        torch.randn(batch, state, **g),
-        torch.randn(batch, state, **g),
-    ]
-
-
-def sequence_args(steps, batch, features, state, dtype=D, device="cpu"):
-    cell = lltm_args(batch, features, state, dtype, device)
-    return [torch.randn(steps, batch, features, dtype=dtype, device=device), *cell[1:]]
 
 
 def to_each(args, **kw):
@@ -103,40 +70,208 @@ def to_each(args, **kw):
     return [a.to(**kw) for a in args]
 
 
-def operator_checks(builders: dict, numbers: dict | None = None) -> tuple:
-    """For a test module whose SAMPLE_BUILDERS map each operator it covers to a builder
-    ``(layout, device) -> [args, ...]``: its ``sample_inputs(device, layout)`` and the
-    three tests every operator's samples go through, to be assigned at the module's top
-    level (pytest collects them there). `numbers`: operator -> positions of 0-d tensors
-    it reads as numbers."""
+def _results(op, args, outputs) -> tuple:
+    """What a call produced: its outputs, then the arguments its schema says it writes."""
+    outputs = () if outputs is None else outputs if isinstance(outputs, tuple) else (outputs,)
+    written = [
+        a for a, s in zip(args, op._schema.arguments) if s.alias_info and s.alias_info.is_write
+    ]
+    return (*outputs, *written)
 
-    def sample_inputs(device, layout="contiguous"):
-        """(operator name, args) for each operator, its arguments made on `device` in
-        `layout` (one of LAYOUTS)."""
-        for name, build in builders.items():
-            for args in build(layout, device):
-                yield name, args
 
-    @pytest.mark.slow
-    @pytest.mark.parametrize("layout", LAYOUTS)
-    @pytest.mark.parametrize("device", DEVICES)
-    def test_opcheck_over_layouts(device, layout):
-        check_opcheck(sample_inputs(device, layout))
+def _as_reference(a):
+    """A float64 copy of a floating tensor argument (the same values; integer and bool
+    tensors keep their dtype, whose maths is exact), requiring grad where `a` does."""
+    if not isinstance(a, torch.Tensor):
+        return a
+    copy = a.detach().to(D) if a.is_floating_point() else a.detach()
+    return copy.clone().requires_grad_(a.requires_grad)
 
-    @pytest.mark.slow
-    @pytest.mark.parametrize("layout", LAYOUTS)
-    @pytest.mark.parametrize("device", DEVICES)
-    def test_meta_kernel_describes_the_real_result(device, layout):
-        check_meta_describes_the_real_result(sample_inputs(device, layout))
 
-    @pytest.mark.parametrize("name", tuple(builders))
-    def test_one_argument_on_meta_is_refused(name):
-        args = next(a for n, a in sample_inputs("cpu") if n == name)
-        check_one_argument_on_meta_is_refused(name, args, (numbers or {}).get(name, ()))
-
-    return (
-        sample_inputs,
-        test_opcheck_over_layouts,
-        test_meta_kernel_describes_the_real_result,
-        test_one_argument_on_meta_is_refused,
+def assert_close_to_reference(got, want, dtype: torch.dtype, factor: float, what: str) -> None:
+    """An operator's result against the float64 maths on the same values: within
+    TOLERANCE[dtype] * factor, relative and of the result's scale (at least 1); integer and
+    bool results exactly."""
+    if got is None or want is None:
+        assert got is None and want is None, what
+        return
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    if not got.is_floating_point():
+        assert torch.equal(got, want.to(got.dtype)), what
+        return
+    want = want.detach().to(D)
+    finite = want[want.isfinite()]
+    scale = max(1.0, finite.abs().max().item()) if finite.numel() else 1.0
+    tol = TOLERANCE[dtype] * factor
+    torch.testing.assert_close(
+        got.detach().to(D), want, rtol=tol, atol=tol * scale, equal_nan=True, msg=what
     )
+
+
+class OperatorTests:
+    """The checks every operator's samples go through, on every device: the results and
+    (float64) gradients against the plain-PyTorch maths, ``torch.autograd.gradcheck``,
+    ``torch.library.opcheck``, the meta kernel against the real one, and a meta argument
+    among real ones refused. A test module subclasses it as ``TestSamples`` (pytest
+    collects the tests there) and sets:
+
+    - ``builders``: raw operator name -> ``(layout, dtype, device) -> [args, ...]``;
+    - ``references``: raw operator name -> its maths in plain PyTorch, taking the same
+      arguments (float64 copies) and returning every output; one that writes an argument
+      in place writes its copy the same way;
+    - ``dtypes``: raw operator name -> {device type: dtypes}, where not FLOATING;
+    - ``numbers``: raw operator name -> positions of 0-d tensors it reads as numbers;
+    - ``tolerance``: the factor on TOLERANCE for its results (errors grow with depth).
+    """
+
+    builders: dict[str, Callable] = {}
+    references: dict[str, Callable] = {}
+    dtypes: dict[str, dict[str, tuple]] = {}
+    numbers: dict[str, tuple[int, ...]] = {}
+    tolerance: float = 4.0
+
+    @classmethod
+    def sample_inputs(
+        cls, device, layouts: Iterable[str] = LAYOUTS, dtypes: Iterable | None = None
+    ) -> Iterator[Sample]:
+        """Every sample of the operators on `device`: each layout of `layouts`, each dtype
+        the operator's kernels take there (or those of `dtypes` among them)."""
+        kind = torch.device(device).type
+        for layout in layouts:
+            for name, build in cls.builders.items():
+                for dtype in cls.dtypes.get(name, FLOATING)[kind]:
+                    if dtypes is None or dtype in dtypes:
+                        for args in build(layout, dtype, device):
+                            yield Sample(name, tuple(args), layout, dtype)
+
+    def pytest_generate_tests(self, metafunc):
+        if "name" in metafunc.fixturenames:
+            metafunc.parametrize("name", sorted(self.builders))
+
+    def test_every_operator_has_a_reference(self):
+        assert sorted(self.references) == sorted(self.builders)
+
+    @pytest.mark.parametrize("layout", LAYOUTS)
+    @pytest.mark.parametrize("device", DEVICES)
+    def test_matches_reference(self, device, layout):
+        for s in self.sample_inputs(device, [layout]):
+            op = getattr(T, s.op).default
+            want_args = [_as_reference(a) for a in s.args]  # before the call writes any
+            with torch.no_grad():
+                got = _results(op, s.args, op(*s.args))
+                want = _results(op, want_args, self.references[s.op](*want_args))
+            assert len(got) == len(want), s.op
+            for i, (g, w) in enumerate(zip(got, want)):
+                what = f"{s.op} ({s.layout}, {s.dtype}) result {i}"
+                assert_close_to_reference(g, w, s.dtype, self.tolerance, what)
+
+    @pytest.mark.parametrize("layout", LAYOUTS)
+    @pytest.mark.parametrize("device", DEVICES)
+    def test_gradients_match_reference(self, device, layout):
+        """Every differentiable output's gradient, given in the sample's layout (an
+        expanded one, as .sum() gives), for every argument that requires grad."""
+        for s in self.sample_inputs(device, [layout], [D]):
+            wrt = [
+                i for i, a in enumerate(s.args) if isinstance(a, torch.Tensor) and a.requires_grad
+            ]
+            if not wrt:
+                continue
+            op = getattr(T, s.op).default
+            want_args = [_as_reference(a) for a in s.args]
+            outs = _results(op, s.args, op(*s.args))
+            want_outs = _results(op, want_args, self.references[s.op](*want_args))
+            diff = [
+                i for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.requires_grad
+            ]
+            grads = [laid_out(torch.randn_like(outs[i]), layout) for i in diff]
+
+            def grad(outputs, args):
+                # (an empty output the maths makes anew, as for no steps, has no graph)
+                pairs = [(outputs[i], g) for i, g in zip(diff, grads) if outputs[i].requires_grad]
+                if not pairs:
+                    return [torch.zeros_like(args[i]) for i in wrt]
+                outputs, grad_outputs = zip(*pairs)
+                return torch.autograd.grad(
+                    outputs,
+                    [args[i] for i in wrt],
+                    grad_outputs,
+                    allow_unused=True,
+                    materialize_grads=True,
+                )
+
+            for i, g, w in zip(wrt, grad(outs, s.args), grad(want_outs, want_args)):
+                what = f"{s.op} ({s.layout}) gradient of argument {i}"
+                assert_close_to_reference(g, w, D, self.tolerance, what)
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("device", DEVICES)
+    def test_gradcheck(self, device):
+        """gradcheck in full on contiguous samples, in its fast mode (one random
+        projection) on the other layouts it can perturb (an expanded tensor's elements
+        share memory)."""
+        layouts = [layout for layout in LAYOUTS if layout != "expanded"]
+        for s in self.sample_inputs(device, layouts, [D]):
+            if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in s.args):
+                continue
+            op = getattr(T, s.op).default
+            outs = _results(op, s.args, op(*s.args))
+            diff = [
+                i for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.requires_grad
+            ]
+
+            def differentiable_outputs(*args):  # gradcheck differentiates every output
+                outs = _results(op, args, op(*args))
+                return tuple(outs[i] for i in diff)
+
+            fast = s.layout != "contiguous"
+            assert torch.autograd.gradcheck(differentiable_outputs, s.args, fast_mode=fast), s
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("layout", LAYOUTS)
+    @pytest.mark.parametrize("device", DEVICES)
+    def test_opcheck(self, device, layout):
+        """Schema, autograd registration, fake tensors against the real kernel including
+        strides, AOT dispatch with dynamic shapes."""
+        for s in self.sample_inputs(device, [layout]):
+            torch.library.opcheck(getattr(T, s.op).default, s.args)
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("layout", LAYOUTS)
+    @pytest.mark.parametrize("device", DEVICES)
+    def test_meta_kernel_describes_the_real_result(self, device, layout):
+        """Shapes, dtypes and the strides of every non-trivial dimension agree; the meta
+        kernel never computes (its outputs are meta tensors)."""
+        for s in self.sample_inputs(device, [layout]):
+            op = getattr(T, s.op).default
+            real = op(*s.args)
+            meta = op(
+                *[a.detach().to("meta") if isinstance(a, torch.Tensor) else a for a in s.args]
+            )
+            real = real if isinstance(real, tuple) else (real,)
+            meta = meta if isinstance(meta, tuple) else (meta,)
+            assert len(real) == len(meta), s.op
+            for r, m in zip(real, meta):
+                if r is None:
+                    assert m is None, s.op
+                    continue
+                assert m.is_meta, s.op
+                assert (m.shape, m.dtype) == (r.shape, r.dtype), s
+                assert [st for n, st in zip(m.shape, m.stride()) if n > 1] == [
+                    st for n, st in zip(r.shape, r.stride()) if n > 1
+                ], s
+
+    def test_one_argument_on_meta_is_refused(self, name):
+        """A meta tensor among CPU ones dispatches to the meta kernel, which must refuse
+        the mix (never hand back uninitialised memory as a result). The 0-d tensors an
+        operator reads as numbers (`numbers`) are not a tensor's device."""
+        sample = next(s for s in self.sample_inputs("cpu", ["contiguous"], [D]) if s.op == name)
+        op = getattr(T, name).default
+        args = [a.detach() if isinstance(a, torch.Tensor) else a for a in sample.args]
+        if sum(isinstance(a, torch.Tensor) for a in args) < 2:
+            pytest.skip(f"{name} takes one tensor: there is no mix of devices to refuse")
+        for index, a in enumerate(args):
+            if not isinstance(a, torch.Tensor) or index in self.numbers.get(name, ()):
+                continue
+            mixed = [x.to("meta") if i == index else x for i, x in enumerate(args)]
+            with pytest.raises(ValueError, match="must be on the same device"):
+                op(*mixed)
