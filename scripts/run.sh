@@ -66,6 +66,7 @@ PY
 
 # install_missing REQUIRED|OPTIONAL MODULE...: pip-install the missing ones. A required one that
 # cannot be installed (no network, say) stops the job; an optional one only warns.
+# PIP_EXTRA (--no-deps) is added to pip's arguments when set.
 install_missing() {
   local kind=$1; shift
   local specs
@@ -73,7 +74,7 @@ install_missing() {
   [[ -z "$specs" ]] && return 0
   log "installing $specs"
   # shellcheck disable=SC2086
-  if ! "$PY" -m pip install --quiet $specs; then
+  if ! "$PY" -m pip install --quiet ${PIP_EXTRA:-} $specs; then
     if [[ "$kind" == required ]]; then
       log "could not install $specs, which this job needs"
       exit 1
@@ -101,6 +102,9 @@ ensure_deps() {
   fi
   if [[ "$1" == test || "$1" == bench ]]; then
     install_missing optional matplotlib  # --plot; its test skips without it
+    # MONAI, the peer the MetadataTensor batch rows compare with (pure Python; with
+    # --no-deps so that nothing can resolve another torch); its rows skip without it.
+    PIP_EXTRA=--no-deps install_missing optional monai
   fi
 }
 

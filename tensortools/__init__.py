@@ -6,6 +6,7 @@ The compiled operators are registered under ``torch.ops.tensortools`` on import.
 from tensortools import dispatch, nn, ops, reference, testing
 from tensortools._native import C as _C
 from tensortools.types import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs
+from tensortools.types.metadata_batch import decollate
 
 __version__ = "0.1.0"
 
@@ -17,6 +18,7 @@ __all__ = [
     "MetadataTensor",
     "LoggingTensor",
     "capture_logs",
+    "decollate",
     "dispatch",
     "nn",
     "ops",

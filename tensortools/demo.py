@@ -71,6 +71,13 @@ def metadata_tensor() -> None:
             print(f"m + other under the strict merge policy -> ValueError: {err}")
     with MetadataTensor.tracking(False):
         print(f"with tracking off, m + m is a {type(m + m).__name__}")
+    scans = [MetadataTensor(torch.rand(1, 8, 8), {"id": f"scan{i}"}) for i in range(4)]
+    batch = torch.utils.data.default_collate(scans)  # as a DataLoader batches them
+    out = torch.nn.Conv2d(1, 2, 3)(batch)
+    print(
+        f"a collated batch of {batch.batch_size} through a Conv2d: out[2] is "
+        f"{out[2].metadata['id']}, out[1:3] holds {out[1:3].metadata['id']}"
+    )
 
 
 def logging_tensor() -> None:

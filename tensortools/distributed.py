@@ -32,9 +32,11 @@ def all_gather(tensor: Tensor, group: dist.ProcessGroup | None = None) -> list[T
     backend expects (CPU for gloo, the current CUDA device for NCCL). Returns a list of
     ``group.size()`` new tensors, entry ``r`` holding rank ``r``'s values in that shape
     (B×F in: ``world_size`` tensors of B×F out; no autograd through the gather).
-    Entry ``r`` is a MetadataTensor carrying a copy of rank ``r``'s metadata when rank
-    ``r`` passed a MetadataTensor (of the caller's class if the caller passed one too), and
-    a plain tensor otherwise; other tensor subclasses are gathered as their plain data.
+    Entry ``r`` is a MetadataTensor carrying a copy of rank ``r``'s metadata (and its
+    ``batch_size`` when it is a batch: ``torch.cat`` of the entries is then the batch of
+    every rank's samples) when rank ``r`` passed a MetadataTensor (of the caller's class
+    if the caller passed one too), and a plain tensor otherwise; other tensor subclasses
+    are gathered as their plain data.
 
     Raises ``TypeError`` if ``tensor`` is not a ``torch.Tensor``. Problems that only show
     across ranks raise on every rank alike, rather than hanging or failing in the backend:
@@ -53,7 +55,8 @@ def all_gather(tensor: Tensor, group: dist.ProcessGroup | None = None) -> list[T
     payload: bytes | str | None = None
     if isinstance(tensor, MetadataTensor):
         try:
-            payload = pickle.dumps(dict(metadata_of(tensor) or {}))
+            state = (dict(metadata_of(tensor) or {}), tensor.batch_size)
+            payload = pickle.dumps(state)
         except Exception as err:  # sent as text, so every rank can raise it
             payload = f"{type(err).__name__}: {err}"
 
@@ -66,9 +69,15 @@ def all_gather(tensor: Tensor, group: dist.ProcessGroup | None = None) -> list[T
     dist.all_gather(gathered, data, group=group)
     kind = type(tensor) if isinstance(tensor, MetadataTensor) else MetadataTensor
     return [
-        t if payload is None else kind.wrap(t, pickle.loads(payload))
+        t if payload is None else _rebuild(kind, t, *pickle.loads(payload))
         for t, (_, _, payload) in zip(gathered, infos)
     ]
+
+
+def _rebuild(kind: type, data: Tensor, metadata: dict, batch_size: int | None) -> Tensor:
+    if batch_size is None:
+        return kind.wrap(data, metadata)
+    return kind.wrap_batch(data, metadata, batch_size)
 
 
 def _check(infos: list) -> None:

@@ -139,7 +139,12 @@ def _plain(t: torch.Tensor) -> dict:
     """What a worker reports of a tensor: its type, its metadata and its plain values."""
     with torch._C.DisableTorchFunctionSubclass():
         values = t.as_subclass(torch.Tensor).detach().clone()
-    return {"type": type(t).__name__, "metadata": getattr(t, "metadata", None), "values": values}
+    return {
+        "type": type(t).__name__,
+        "metadata": getattr(t, "metadata", None),
+        "batch_size": getattr(t, "batch_size", None),
+        "values": values,
+    }
 
 
 # -- the workers ------------------------------------------------------------------------
@@ -214,6 +219,17 @@ def _collectives(rank: int) -> dict:
     # Some ranks with metadata, some without; a non-contiguous input.
     mixed = m if rank == 0 else torch.arange(6.0, dtype=torch.float64).view(3, 2).t()[0]
     report["all_gather_mixed"] = [_plain(t) for t in all_gather(mixed)]
+
+    # A batch of this rank's samples: all_reduce keeps it, all_gather carries each rank's,
+    # and torch.cat of the gathered batches is the batch of every rank's samples.
+    samples = [
+        MetadataTensor(torch.full((2,), 10.0 * rank + i), {"id": f"{rank}.{i}"}) for i in range(2)
+    ]
+    batch = torch.stack(samples)
+    dist.all_reduce(batch)
+    report["batch_all_reduce"] = _plain(batch)
+    joined = torch.cat(all_gather(torch.stack(samples)))
+    report["batch_all_gather"] = [_plain(t) for t in joined.unbind(0)] + [_plain(joined)]
 
     # Shapes that differ, and metadata that cannot be pickled, fail on every rank alike
     # (no hang), and the group still works afterwards.
@@ -410,6 +426,21 @@ def test_all_gather_carries_each_ranks_metadata(reports):
         for r in range(WORLD_SIZE):
             assert got[r]["type"] == "MetadataTensor" and got[r]["metadata"] == {"rank": r}
             assert torch.equal(got[r]["values"], _values(3, r))
+
+
+def test_collectives_keep_batches_and_all_gather_joins_the_ranks_samples(reports):
+    for rank, report in enumerate(reports):
+        reduced = report["collectives"]["batch_all_reduce"]
+        assert reduced["batch_size"] == 2
+        assert reduced["metadata"] == {"id": [f"{rank}.0", f"{rank}.1"]}
+        *pieces, joined = report["collectives"]["batch_all_gather"]
+        assert joined["batch_size"] == 2 * WORLD_SIZE
+        ids = [f"{r}.{i}" for r in range(WORLD_SIZE) for i in range(2)]
+        assert joined["metadata"] == {"id": ids}
+        for piece, name in zip(pieces, ids):
+            r, i = (int(v) for v in name.split("."))
+            assert piece["metadata"] == {"id": name} and piece["batch_size"] is None
+            assert torch.equal(piece["values"], torch.full((2,), 10.0 * r + i))
 
 
 def test_all_gather_plain_and_mixed(reports):

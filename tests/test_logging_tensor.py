@@ -215,7 +215,8 @@ BINARY = {
     "torch.maximum(a, b)": lambda a, b: torch.maximum(a, b),
     "torch.where(a > 1, a, b)": lambda a, b: torch.where(torch.ones(3, 3) > 0, a, b),
     "torch.cat([a, b])": lambda a, b: torch.cat([a, b]),
-    "torch.stack((a, b))": lambda a, b: torch.stack((a, b)),
+    # (along dim 1: along dim 0 a MetadataTensor sample beside one without metadata is refused)
+    "torch.stack((a, b), dim=1)": lambda a, b: torch.stack((a, b), dim=1),
 }
 
 

@@ -183,7 +183,7 @@ def test_merge_policies():
         d = MetadataTensor(torch.ones(2), {"k": 1, "c": torch.ones(2)})
         assert (c + d).metadata.keys() == {"k", "c"}
     with MetadataTensor.merge_policy(lambda ds: {"n": len(ds)}):
-        assert torch.stack([a, b, a]).metadata == {"n": 3}
+        assert torch.stack([a, b, a], dim=1).metadata == {"n": 3}
     assert MetadataTensor._merge_policy == "first"
     with pytest.raises(ValueError, match="'policy' must be one of"):
         MetadataTensor.set_merge_policy("last")

@@ -68,9 +68,18 @@ def python_path(*classes):
             cls._fast = record
 
 
+def _batch(t):
+    """t as a batch of t.shape[0] samples (a 0-d tensor: not a batch)."""
+    if t.dim() == 0:
+        return MetadataTensor(t, {"k": 1})
+    return MetadataTensor.wrap_batch(t, {"id": list(range(t.shape[0]))}, t.shape[0])
+
+
 def _maker(cls):
     if cls is MetadataTensor:
         return lambda t: MetadataTensor(t, {"k": 1})
+    if cls is _BATCH:
+        return _batch
     if cls is Validated:
         return lambda t: Validated(t, {"k": 1})
     if cls is Child:  # the first tensor the parent's, the others the child's
@@ -124,6 +133,7 @@ def _describe(result) -> list:
                         leaf.dtype,
                         tuple(leaf.shape),
                         getattr(leaf, "metadata", None),
+                        getattr(leaf, "batch_size", None),
                         plain,
                     )
                 )
@@ -153,8 +163,12 @@ def _differ(a, b) -> str:
     return ""
 
 
+#: (a stand-in for MetadataTensor in CASES: its instances are batches)
+_BATCH = type("_Batch", (), {})
+
 CASES = {
     "MetadataTensor tracking": (MetadataTensor, True),
+    "MetadataTensor batches": (_BATCH, True),
     "MetadataTensor not tracking": (MetadataTensor, False),
     "LoggingTensor": (LoggingTensor, True),
     "user type": (Measured, True),
@@ -166,7 +180,8 @@ CASES = {
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_compiled_and_python_paths_agree_on_every_op_db_sample(case):
-    cls, tracking = CASES[case]
+    maker, tracking = CASES[case]
+    cls = MetadataTensor if maker is _BATCH else maker
     assert cls._fast.kind != WrapperPath.PYTHON, "the compiled path is not taken at all"
     cases = list(coverage.sample_cases(max_samples=2))
     assert len(cases) > 1000
@@ -176,9 +191,9 @@ def test_compiled_and_python_paths_agree_on_every_op_db_sample(case):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for name, op, inp, args, kwargs in cases:
-                fast, fast_error = _run(cls, op, inp, args, kwargs)
+                fast, fast_error = _run(maker, op, inp, args, kwargs)
                 with python_path(cls, MetadataTensor):
-                    slow, slow_error = _run(cls, op, inp, args, kwargs)
+                    slow, slow_error = _run(maker, op, inp, args, kwargs)
                 if fast_error or slow_error:
                     if fast_error is not slow_error:
                         failures.append(f"{name}: raised {fast_error} vs {slow_error}")
@@ -219,8 +234,8 @@ def test_list_and_tuple_subclasses_find_the_same_metadata():
     for container in (Items([b, a]), Pair(b, a), [b, [b, (a,)]], ((((a,),),),)):
         fast, slow = _both_paths(MetadataTensor, torch.cat, [torch.cat(_flat(container))])
         assert fast.metadata == slow.metadata, container
-    for container in (Items([b, a]), Pair(b, a)):
-        fast, slow = _both_paths(MetadataTensor, torch.stack, container)
+    for container in (Items([b, a]), Pair(b, a)):  # (along dim 1: not a batch of samples)
+        fast, slow = _both_paths(MetadataTensor, torch.stack, container, dim=1)
         assert fast.metadata == slow.metadata and torch.equal(fast, slow)
 
 
@@ -384,7 +399,8 @@ MIXED_CALLS = {
     "add(input=child, other=parent)": lambda p, c, t: ((), {"input": c, "other": p}, torch.add),
     "cat(tensors=[plain, parent, child])": lambda p, c, t: ((), {"tensors": [t, p, c]}, torch.cat),
     "cat([child, plain, parent])": lambda p, c, t: (([c, t, p],), {}, torch.cat),
-    "stack((parent, (child,)))": lambda p, c, t: (([p, c],), {}, torch.stack),
+    # (along dim 1: along dim 0 samples make a batch, which needs the same keys)
+    "stack((parent, (child,)), dim=1)": lambda p, c, t: (([p, c],), {"dim": 1}, torch.stack),
     "where(mask, other=parent, input=child)": lambda p, c, t: (
         (t > 0, c),
         {"other": p},

@@ -9,7 +9,7 @@
 // What the fast path needs from a class is one record, cls._fast (a WrapperRecord, a named
 // tuple, recomputed by tensortools/dispatch/wrapper.py whenever a handler is registered or
 // a process-wide setting changes):
-//   (kind, handlers, logger, captures, carrier)
+//   (kind, handlers, logger, captures, carrier, batch_rules)
 //   kind      a WrapperPath (Kind below, exported as wrapper_path_kinds): PYTHON, take the
 //             Python path; WRAP, wrap results as the class; WRAP_METADATA, the same, each
 //             result holding a copy of the metadata of the first argument that carries
@@ -21,6 +21,11 @@
 //             value is set in the calling thread, the Python path
 //   carrier   WRAP_METADATA: the class whose instances carry metadata (MetadataTensor,
 //             whatever the class of the call); else None
+//   batch_rules  WRAP_METADATA: the functions that take a batch apart or join batches (a
+//             dict, or None): a call of one with a batch among its carriers (an instance
+//             whose `_batch_size` is not None) takes the Python path. Any other call's
+//             results take the batch size of the carrier whose metadata they take (a
+//             result of at least one dim: a 0-d tensor holds no samples).
 //
 // Python code can run in the middle of a call (a property getter, a key's __eq__, a
 // finalizer started by a garbage collection at any allocation) and can change or free
@@ -59,6 +64,7 @@ PyObject* s_python_path = nullptr;  // "_python_torch_function"
 PyObject* s_value = nullptr;        // a ThreadStore's "value"
 PyObject* s_is_enabled_for = nullptr;
 PyObject* s_metadata = nullptr;
+PyObject* s_batch_size = nullptr;  // "_batch_size": a MetadataTensor batch's sample count
 PyObject* s_class = nullptr;
 PyObject* s_as_subclass = nullptr;
 PyObject* s_info_level = nullptr;  // logging.INFO, 20
@@ -125,8 +131,10 @@ int only_own_types(PyObject* cls, PyObject* types) {
 }
 
 // The kind of path a call takes (see the file comment), and for kind 2 the carrier class
-// (a new reference in *carrier); -1 with an exception set on error.
-long choose_kind(PyObject* cls, PyObject* func, PyObject* types, PyObject** carrier) {
+// and the batch rules (new references in *carrier and *batch_rules); -1 with an exception
+// set on error.
+long choose_kind(PyObject* cls, PyObject* func, PyObject* types, PyObject** carrier,
+                 PyObject** batch_rules) {
   // Called while subclass dispatch is disabled: a TorchFunctionMode declined a method call
   // that torch showed it with our instance as self (see _python_torch_function).
   if (at::impl::PythonTorchFunctionTLS::get_disabled_state() !=
@@ -140,7 +148,7 @@ long choose_kind(PyObject* cls, PyObject* func, PyObject* types, PyObject** carr
   PyObject* record = PyObject_GetAttr(cls, s_fast);  // (held: its items are borrowed)
   if (record == nullptr) return -1;
   long kind = kPython;
-  if (PyTuple_Check(record) && PyTuple_GET_SIZE(record) == 5) {
+  if (PyTuple_Check(record) && PyTuple_GET_SIZE(record) == 6) {
     kind = PyLong_AsLong(PyTuple_GET_ITEM(record, 0));
     PyObject* handlers = PyTuple_GET_ITEM(record, 1);
     PyObject* logger = PyTuple_GET_ITEM(record, 2);
@@ -173,8 +181,10 @@ long choose_kind(PyObject* cls, PyObject* func, PyObject* types, PyObject** carr
       ok = 1;  // a kind this file does not know: the Python path
     }
     if (ok == 0 && kind == kWrapMetadata) {
-      if (PyType_Check(klass)) {
+      PyObject* rules = PyTuple_GET_ITEM(record, 5);
+      if (PyType_Check(klass) && (rules == Py_None || PyDict_Check(rules))) {
         *carrier = Py_NewRef(klass);
+        *batch_rules = Py_NewRef(rules);
       } else {
         ok = 1;
       }
@@ -260,21 +270,31 @@ class ArgumentWalk {
 // "first" policy: getattr(t, "metadata", None) of every instance of `carrier` among the
 // argument tensors, in order (every one is read, as the Python path reads them), and
 // the first that is not None; a new empty dict when there is none. A new reference, or
-// nullptr with an exception set.
-PyObject* call_metadata(PyObject* carrier, const Refs& tensors) {
+// nullptr with an exception set. *size: that first carrier's `_batch_size` (a new
+// reference; nullptr where it is not a batch); *batch: whether any carrier is a batch.
+PyObject* call_metadata(PyObject* carrier, const Refs& tensors, PyObject** size, bool* batch) {
   PyObject* first = nullptr;
+  *size = nullptr;
+  *batch = false;
   for (PyObject* t : tensors.items()) {
     if (!PyObject_TypeCheck(t, reinterpret_cast<PyTypeObject*>(carrier))) continue;
     PyObject* metadata = nullptr;
-    if (lookup_attr(t, s_metadata, &metadata) < 0) {
+    PyObject* count = nullptr;
+    if (lookup_attr(t, s_metadata, &metadata) < 0 || lookup_attr(t, s_batch_size, &count) < 0) {
+      Py_XDECREF(metadata);
       Py_XDECREF(first);
+      Py_CLEAR(*size);
       return nullptr;
     }
+    if (count == Py_None) Py_CLEAR(count);
+    *batch = *batch || count != nullptr;
     if (metadata == Py_None) Py_CLEAR(metadata);
     if (metadata != nullptr && first == nullptr) {
       first = metadata;
+      *size = count;
     } else {
       Py_XDECREF(metadata);
+      Py_XDECREF(count);
     }
   }
   return first != nullptr ? first : PyDict_New();
@@ -358,7 +378,9 @@ PyObject* python_path(PyObject* const* argv, Py_ssize_t argc) {
 
 // Results other than one new plain strided tensor, wrapped by the Python function
 // (tuples, sparse tensors, an argument the call returned, ...); func and the arguments
-// tell it which arguments the call wrote (those come back as they are).
+// tell it which arguments the call wrote (those come back as they are). The context of a
+// batch's call is None: the Python function then makes it as the Python path does
+// (the metadata and the batch size).
 PyObject* wrap_in_python(PyObject* cls, PyObject* func, PyObject* result, PyObject* context,
                          PyObject* args, PyObject* kwargs) {
   PyObject* wrap = Py_NewRef(g_wrap_outputs);
@@ -393,7 +415,8 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
     return python_path(argv, argc);
   }
   PyObject* carrier = nullptr;
-  const long kind = choose_kind(cls, func, types, &carrier);
+  PyObject* batch_rules = nullptr;
+  const long kind = choose_kind(cls, func, types, &carrier, &batch_rules);
   if (kind < 0) return nullptr;
   if (kind == kPython) return python_path(argv, argc);
   if (kind == kPlain) return call_plain(func, args, kwargs);
@@ -404,19 +427,32 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
   const Walk walk = ArgumentWalk(&tensors).call(args, kwargs);
   if (walk != Walk::kDone) {
     Py_XDECREF(carrier);
+    Py_XDECREF(batch_rules);
     return walk == Walk::kError ? nullptr : python_path(argv, argc);
   }
   PyObject* context = Py_None;
+  PyObject* size = nullptr;  // the results' batch size, where they take one
   if (kind == kWrapMetadata) {
-    context = call_metadata(carrier, tensors);
+    bool batch = false;
+    context = call_metadata(carrier, tensors, &size, &batch);
     Py_DECREF(carrier);
-    if (context == nullptr) return nullptr;
+    int rule = 0;
+    if (context != nullptr && batch && batch_rules != Py_None) {
+      rule = PyDict_Contains(batch_rules, func);
+    }
+    Py_DECREF(batch_rules);
+    if (context == nullptr || rule != 0) {
+      Py_XDECREF(context);
+      Py_XDECREF(size);
+      return rule < 0 || context == nullptr ? nullptr : python_path(argv, argc);
+    }
   } else {
     Py_INCREF(context);
   }
   PyObject* result = call_plain(func, args, kwargs);
   if (result == nullptr) {
     Py_DECREF(context);
+    Py_XDECREF(size);
     return nullptr;
   }
 
@@ -426,30 +462,36 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
     if (PyObject_TypeCheck(result, reinterpret_cast<PyTypeObject*>(cls))) {
       out = Py_NewRef(result);  // an in-place call returned its argument
     } else {
-      out = wrap_in_python(cls, func, result, context, args, kwargs);
+      out = wrap_in_python(cls, func, result, size != nullptr ? Py_None : context, args, kwargs);
     }
     Py_DECREF(result);
     Py_DECREF(context);
+    Py_XDECREF(size);
     return out;
   }
   for (PyObject* t : tensors.items()) {
     if (t == result) {  // one of its arguments (in place, out=, to(): Python decides)
-      PyObject* out = wrap_in_python(cls, func, result, context, args, kwargs);
+      PyObject* out =
+          wrap_in_python(cls, func, result, size != nullptr ? Py_None : context, args, kwargs);
       Py_DECREF(result);
       Py_DECREF(context);
+      Py_XDECREF(size);
       return out;
     }
   }
 
+  const bool holds_samples = size != nullptr && THPVariable_Unpack(result).dim() > 0;
   PyObject* out = as_instance(cls, result);
   if (out != nullptr && kind == kWrapMetadata) {
     PyObject* copy = copy_metadata(context);
-    if (copy == nullptr || PyObject_SetAttr(out, s_metadata, copy) != 0) {
+    if (copy == nullptr || PyObject_SetAttr(out, s_metadata, copy) != 0 ||
+        (holds_samples && PyObject_SetAttr(out, s_batch_size, size) != 0)) {
       Py_CLEAR(out);
     }
     Py_XDECREF(copy);
   }
   Py_DECREF(context);
+  Py_XDECREF(size);
   return out;
 }
 
@@ -492,8 +534,8 @@ void add_wrapper_dispatch(pybind11::module_& m) {
   };
   for (const Name& name : {Name{&s_fast, "_fast"}, Name{&s_python_path, "_python_torch_function"},
                            Name{&s_value, "value"}, Name{&s_is_enabled_for, "isEnabledFor"},
-                           Name{&s_metadata, "metadata"}, Name{&s_class, "__class__"},
-                           Name{&s_as_subclass, "as_subclass"}}) {
+                           Name{&s_metadata, "metadata"}, Name{&s_batch_size, "_batch_size"},
+                           Name{&s_class, "__class__"}, Name{&s_as_subclass, "as_subclass"}}) {
     *name.slot = PyUnicode_InternFromString(name.text);
     if (*name.slot == nullptr) {
       throw pybind11::error_already_set();

@@ -29,6 +29,7 @@ from tensortools.bench import (
     quiet_profiler,
     sequence_rows,
 )
+from tensortools.bench.peers import format_peer_table, peer_rows
 from tensortools.bench.scalar import SCALAR_SIZES, format_scalar_table, scalar_rows
 
 
@@ -118,6 +119,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="N for the ScalarTensor rows (repeatable); default: "
         + ", ".join(map(str, SCALAR_SIZES)),
     )
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="also time MetadataTensor against MONAI's MetaTensor (per call, indexing a "
+        "batch, a batch's round trip; MONAI's rows need monai installed)",
+    )
+    parser.add_argument(
+        "--peers-only",
+        action="store_true",
+        help="time only the MetadataTensor and MONAI rows of --peers",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument(
         "--plot", metavar="PATH", help="also draw the results (PNG, SVG or PDF; needs matplotlib)"
@@ -129,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     quiet_profiler()
+    if args.peers_only:
+        args.peers = args.no_lltm = args.no_sequence = args.no_conv_bn = True
+        args.no_scalar = args.no_dispatch = True
 
     machine = machine_summary()
     print(f"machine: {machine}")
@@ -204,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
                 min_run_time=args.min_run_time, rounds=args.rounds
             )
             print(format_dispatch_table(results["compiled"]))
+    if args.peers:
+        print("\nMetadataTensor beside MONAI's MetaTensor (float32, CPU)")
+        results["peers"] = peer_rows(min_run_time=args.min_run_time, rounds=args.rounds)
+        print(format_peer_table(results["peers"]))
     as_data = {
         key: value if isinstance(value, str) else [dataclasses.asdict(r) for r in value]
         for key, value in results.items()

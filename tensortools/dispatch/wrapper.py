@@ -50,6 +50,9 @@ class WrapperRecord(NamedTuple):
     captures: Any
     #: for WRAP_METADATA, the class whose instances carry metadata; else None
     carrier: type | None
+    #: for WRAP_METADATA, the functions whose calls with a batch among the arguments take
+    #: the Python path (a dict), or None
+    batch_rules: dict | None = None
 
 
 # The class methods whose behaviour the compiled path stands in for.
@@ -92,7 +95,7 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     # process-wide setting changes; a class whose hooks it does not know (its own context,
     # wrap, fallback, ...) gets the kind PYTHON. (A hook assigned to a class after it was
     # made is seen once cls._on_settings_change() is called.)
-    _fast: ClassVar[WrapperRecord] = WrapperRecord(WrapperPath.PYTHON, {}, None, None, None)
+    _fast: ClassVar[WrapperRecord] = WrapperRecord(WrapperPath.PYTHON, {}, None, None, None, None)
 
     @classmethod
     def _fast_kind(cls) -> WrapperPath:
@@ -113,16 +116,22 @@ class TensorWrapper(TorchFunctionTable, Tensor):
         return None
 
     @classmethod
+    def _fast_batch_rules(cls) -> dict | None:
+        """For WRAP_METADATA: the functions whose calls with a batch among the carriers
+        take the Python path (None: no such functions)."""
+        return None
+
+    @classmethod
     def _on_table_change(cls) -> None:
         python = WrapperPath.PYTHON
         try:
             kind = cls._fast_kind() if cls._global_policy == "fallback" else python
-            carrier = cls._fast_carrier()
+            carrier, rules = cls._fast_carrier(), cls._fast_batch_rules()
         except NameError:  # a base class of this package, during its own creation: its
-            kind, carrier = python, None  # module computes the record once the class exists
+            kind, carrier, rules = python, None, None  # module computes the record later
         if cls.__torch_dispatch__ is not torch._C._disabled_torch_dispatch_impl:
             kind = python  # (its instances need the dispatch keys that only as_subclass sets)
-        cls._fast = WrapperRecord(int(kind), cls._handlers, *cls._fast_gates(), carrier)
+        cls._fast = WrapperRecord(int(kind), cls._handlers, *cls._fast_gates(), carrier, rules)
 
     @classmethod
     def _python_torch_function(cls, func, types, args=(), kwargs=None):
@@ -336,8 +345,13 @@ _wrapper_torch_function = _C.wrapper_torch_function
 def _wrap_result(
     cls: type, func: Callable, result: Any, context: Any, args: tuple, kwargs: dict | None
 ) -> Any:
-    # (the compiled path's results other than one new plain strided tensor)
+    # (the compiled path's results other than one new plain strided tensor; for a batch's
+    # call, with no context: the class's own, as the Python path makes it)
+    if not any(isinstance(t, Tensor) for t in tree_leaves(result, is_leaf=_is_size)):
+        return result  # (t.dim(), t.shape, t.tolist(): nothing to wrap)
     args, kwargs = args or (), kwargs or {}
+    if context is None and cls._fast.kind == WrapperPath.WRAP_METADATA:
+        context = cls.context(func, args, kwargs)
     call = (func, args, kwargs, argument_tensors(args, kwargs))
     return wrap_outputs(cls, result, context, {}, call)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import pickle
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -15,11 +16,23 @@ from tensortools.coverage import spec as coverage_spec
 from tensortools.dispatch import TensorWrapper
 from tensortools.dispatch.wrapper import WrapperPath, argument_tensors, keeps_hooks
 
-__all__ = ["MetadataTensor", "MERGE_POLICIES", "collate"]
+__all__ = ["MetadataTensor", "MERGE_POLICIES", "collate", "decollate"]
 
 #: The named merge policies; a callable taking the list of dicts is accepted too.
 MERGE_POLICIES = ("first", "strict", "union")
 MergePolicy = str | Callable[[list], dict]
+
+#: Rules for calls with a batch among their arguments (tensortools.types.metadata_batch
+#: fills it): function -> rule(cls, func, types, args, kwargs), NotImplemented where the
+#: call takes no batch apart.
+BATCH_RULES: dict[Callable, Callable] = {}
+
+
+class _BatchContext(dict):
+    """The metadata results take from a call whose first metadata-carrying argument is a
+    batch, and that batch's size."""
+
+    __slots__ = ("batch_size",)
 
 
 class MetadataTensor(TensorWrapper):
@@ -36,6 +49,11 @@ class MetadataTensor(TensorWrapper):
 
     When another overriding type takes part in a call, the result is a MetadataTensor
     even if that type produced it: metadata is data and must not be lost.
+
+    A MetadataTensor made by collation or ``torch.stack`` of samples is a batch along
+    dim 0 (:attr:`batch_size`): indexing, ``unbind``, ``split`` and the other calls that
+    take it apart along dim 0 give each piece its own samples' metadata
+    (``docs/metadata-tensor.md``, "Batches").
     """
 
     wrap_foreign: ClassVar[bool] = True
@@ -57,6 +75,40 @@ class MetadataTensor(TensorWrapper):
     def __init__(self, data: Any, metadata: Mapping | None = None) -> None:
         pass  # everything happens in __new__
 
+    @property
+    def batch_size(self) -> int | None:
+        """The number of samples along dim 0 when this tensor is a batch (made by
+        collation, ``torch.stack`` of samples along dim 0, or a call on a batch), else
+        None. In a batch, each metadata value holds one entry per sample: a list, or a
+        tensor with one row per sample. Setting it (an int, or None to treat the batch
+        as one tensor) checks that the metadata and dim 0 hold that many samples."""
+        return getattr(self, "_batch_size", None)
+
+    @batch_size.setter
+    def batch_size(self, size: int | None) -> None:
+        if size is not None:
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise TypeError(
+                    f"{type(self).__name__}: 'batch_size' must be a non-negative int or None, "
+                    f"got {size!r}"
+                )
+            check_batch(metadata_of(self) or {}, size, _rows(self))
+        self._batch_size = size
+
+    @property
+    def is_batch(self) -> bool:
+        """Whether this tensor is a batch of samples along dim 0 (see :attr:`batch_size`)."""
+        return getattr(self, "_batch_size", None) is not None
+
+    @classmethod
+    def wrap_batch(cls, data: Tensor, metadata: dict, batch_size: int) -> MetadataTensor:
+        """``data`` (a plain tensor, shared) as a batch of ``batch_size`` samples along dim
+        0 with ``metadata``, each of whose values holds one entry per sample (checked)."""
+        context = _BatchContext(metadata)
+        context.batch_size = batch_size
+        check_batch(context, batch_size, _rows(data))
+        return cls.wrap(data, context)
+
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         with torch._C.DisableTorchFunctionSubclass():
             data = Tensor.__repr__(self.as_subclass(Tensor))
@@ -70,12 +122,36 @@ class MetadataTensor(TensorWrapper):
                 f"{cls.__name__}: invalid saved state; 'metadata' must be a dict, "
                 f"got {type(state['metadata']).__name__}"
             )
+        size = state.get("_batch_size")
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+            raise error(
+                f"{cls.__name__}: invalid saved state; '_batch_size' must be a "
+                f"non-negative int or None, got {size!r}"
+            )
+        return state
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        size = state.get("_batch_size")
+        if size is not None:  # (what saves also loads: a batch that holds its samples)
+            try:
+                check_batch(dict(state.get("metadata", {})), size, _rows(self))
+            except ValueError as err:
+                raise pickle.PicklingError(str(err)) from None
         return state
 
     def __setstate__(self, state: Any) -> None:
         super().__setstate__(state)
         if state is not None:
             self.metadata = dict(self.__dict__.get("metadata", {}))
+            size = self.__dict__.get("_batch_size")
+            if size is not None:
+                try:
+                    check_batch(self.metadata, size, _rows(self))
+                except ValueError as err:
+                    raise pickle.UnpicklingError(
+                        f"{type(self).__name__}: invalid saved state; {err}"
+                    ) from None
 
     # -- settings --------------------------------------------------------------------
 
@@ -114,18 +190,40 @@ class MetadataTensor(TensorWrapper):
         # The metadata of every MetadataTensor among the arguments, whatever its class
         # (a parent's or a sibling's instance carries metadata as much as cls's own), in
         # order, also inside lists and tuples (not inside dicts: see argument_tensors).
-        found = []
+        # A batch among them passes its size on when it is the first (whose metadata
+        # the "first" policy keeps).
+        found, size = [], None
         for a in argument_tensors(args, kwargs):
             metadata = metadata_of(a) if issubclass(type(a), MetadataTensor) else None
             if metadata is not None:
+                if not found:
+                    size = getattr(a, "_batch_size", None)
                 found.append(metadata)
-        return _merge(_MERGE_POLICY.value_for(cls), found)
+        merged = _merge(_MERGE_POLICY.value_for(cls), found)
+        if size is None:
+            return merged
+        context = _BatchContext(merged)
+        context.batch_size = size
+        return context
 
     @classmethod
     def wrap(cls, tensor: Tensor, context: dict) -> MetadataTensor:
         out = tensor.as_subclass(cls)
         out.metadata = dict(context)
+        if type(context) is _BatchContext and tensor.dim() > 0:
+            out._batch_size = context.batch_size  # (a 0-d result holds no samples)
         return out
+
+    @classmethod
+    def fallback(cls, func, types, args, kwargs):
+        # A call with a batch among its arguments (the compiled path leaves those to
+        # this one) that takes it apart or joins batches: the batch rules.
+        rule = BATCH_RULES.get(func)
+        if rule is not None:
+            result = rule(cls, func, types, args, kwargs)
+            if result is not NotImplemented:
+                return result
+        return super().fallback(func, types, args, kwargs)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -160,6 +258,10 @@ class MetadataTensor(TensorWrapper):
         return MetadataTensor
 
     @classmethod
+    def _fast_batch_rules(cls) -> dict:
+        return BATCH_RULES
+
+    @classmethod
     def _python_torch_function(cls, func, types, args=(), kwargs=None):
         """__torch_function__ in Python: every call the compiled path does not take."""
         if _TRACKING.value_for(cls):
@@ -179,6 +281,18 @@ def _check_merge_policy(policy: Any) -> None:
             "MetadataTensor: 'policy' must be one of "
             f"{MERGE_POLICIES} or a callable, got {policy!r}"
         )
+
+
+def _rows(t: Tensor) -> int:
+    """The size of t's dim 0, the number of samples it can hold (none for a 0-d tensor)."""
+    with torch._C.DisableTorchFunctionSubclass():
+        shape = t.shape
+    if not shape:
+        raise ValueError(
+            f"MetadataTensor: a batch must have a dim 0 holding its samples; got a 0-d "
+            f"{type(t).__name__}"
+        )
+    return shape[0]
 
 
 def metadata_of(tensor: Tensor) -> dict | None:
@@ -228,41 +342,23 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def collate(batch: list, *, collate_fn_map: dict | None = None) -> MetadataTensor:
-    """``torch.utils.data.default_collate`` for MetadataTensor samples (registered in
-    ``default_collate_fn_map`` when tensortools is imported).
-
-    The data are stacked as for plain tensors (into shared memory in a worker process);
-    the batch's metadata maps each key to the list of the samples' values, in sample
-    order, as ``default_collate`` batches a dict of strings: samples ``{"id": 3}`` and
-    ``{"id": 7}`` give ``{"id": [3, 7]}``. Every sample must have the same keys.
-    """
-    first = batch[0]
-    dicts = [metadata_of(t) or {} for t in batch]
-    for i, d in enumerate(dicts):
-        if d.keys() != dicts[0].keys():
-            raise ValueError(
-                f"{type(first).__name__} collate: sample {i} has metadata keys "
-                f"{sorted(map(str, d))}, sample 0 has {sorted(map(str, dicts[0]))}; "
-                "every sample of a batch needs the same keys"
-            )
-    with torch._C.DisableTorchFunctionSubclass():
-        plain = [t.as_subclass(Tensor) for t in batch]
-        data = torch.utils.data._utils.collate.collate_tensor_fn(plain)
-    return type(first).wrap(data, {k: [d[k] for d in dicts] for k in dicts[0]})
-
-
 # torch.load(weights_only=True) may rebuild MetadataTensors once tensortools is imported.
 MetadataTensor._on_settings_change()  # (its record, now that the class exists)
 torch.serialization.add_safe_globals([MetadataTensor])
-torch.utils.data._utils.collate.default_collate_fn_map[MetadataTensor] = collate
+
+# Batches: their rules, collation and decollation (a module of their own, registered now
+# that the class exists).
+from tensortools.types.metadata_batch import check_batch, collate, decollate  # noqa: E402
 
 
 def _keeps_the_metadata(cls, result):
     # The coverage report's rule for results: of the type, with the sample's metadata.
     problem = coverage_spec.results_of_the_type(cls, result)
+    # (a batch of the samples, from torch.stack: one entry per sample)
     for t in tree_leaves(result):
-        if not problem and isinstance(t, cls) and metadata_of(t) != {"coverage": 1}:
+        size = getattr(t, "_batch_size", None)
+        want = {"coverage": 1} if size is None else {"coverage": [1] * size}
+        if not problem and isinstance(t, cls) and metadata_of(t) != want:
             problem = f"a result's metadata is {metadata_of(t)!r}"
     return problem
 

@@ -57,7 +57,8 @@ def describe(result):
                 plain = x.as_subclass(torch.Tensor) if type(x) is not torch.Tensor else x
                 values = plain.tolist()
             metadata = getattr(x, "metadata", None)
-            return (type(x).__name__, str(plain.dtype), tuple(plain.shape), values, metadata)
+            size = getattr(x, "_batch_size", None)
+            return (type(x).__name__, str(plain.dtype), tuple(plain.shape), values, metadata, size)
         return x if isinstance(x, (int, float, bool, str, type(None))) else type(x).__name__
 
     return (type(result).__name__, [leaf(x) for x in leaves])
@@ -205,6 +206,21 @@ class PropertyMetadata(MetadataTensor):
         self.__dict__["_metadata"] = value
 
 
+class PropertyBatch(MetadataTensor):
+    """A subclass keeping its batch size behind a property whose getter runs a hook."""
+
+    hook = staticmethod(lambda: None)
+
+    @property
+    def _batch_size(self):
+        type(self).hook()
+        return self.__dict__.get("_size")
+
+    @_batch_size.setter
+    def _batch_size(self, value):
+        self.__dict__["_size"] = value
+
+
 class HookLogger(logging.Logger):
     """A logger whose isEnabledFor runs a hook (and says no)."""
 
@@ -311,7 +327,7 @@ for entry, cls, make, make_bare in (
     def _(cls=cls, make=make, make_bare=make_bare):
         items = [make_bare([0.0]), make([1.0], 1), make([2.0], 2)]
         Finalized(items.clear)
-        return cls, torch.stack, (cls,), (items,), None
+        return cls, torch.cat, (cls,), (items,), None
 
     @case(f"{entry}: a finalizer empties a nested list and the kwargs", entry, "gc")
     def _(cls=cls, make=make, make_bare=make_bare):
@@ -371,7 +387,54 @@ for action in ("refill", "empty", "raise", "not a dict"):
             "not a dict": lambda: items[0].__dict__.update(_metadata=[("k", "v")]),
         }
         PropertyMetadata.hook = Once(hooks[action])
-        return PropertyMetadata, torch.stack, (PropertyMetadata, M), (items,), None
+        return PropertyMetadata, torch.cat, (PropertyMetadata, M), (items,), None
+
+
+def batch(values, size):
+    return MetadataTensor.wrap_batch(
+        torch.tensor(values, dtype=torch.float64), {"id": list(range(size))}, size
+    )
+
+
+# A batch's size is read from every carrier (a batch among them: a batch rule's function
+# takes the Python path) and given to the results.
+for action in ("refill", "empty", "raise", "not an int"):
+    for func in (torch.cat, torch.neg):
+
+        @case(f"a batch size property getter: {action}, {func.__name__}")
+        def _(action=action, func=func):
+            items = [PropertyBatch(torch.zeros(2, 1)), batch([[1.0], [2.0]], 2)]
+            items[0].metadata = {"id": [5, 6]}
+            items[0]._batch_size = 2
+            hooks = {
+                "refill": lambda: refill(items),
+                "empty": items.clear,
+                "raise": lambda: (_ for _ in ()).throw(ValueError("invalid size")),
+                "not an int": lambda: items[0].__dict__.update(_size="x"),
+            }
+            PropertyBatch.hook = Once(hooks[action])
+            args = (items,) if func is torch.cat else (items[0],)
+            return PropertyBatch, func, (PropertyBatch, M), args, None
+
+
+@case("a colliding key's __eq__ empties the list, looking up a batch size")
+def _():
+    items = [batch([[0.0], [1.0]], 2), batch([[2.0]], 1)]
+    with_colliding_key(items[0], "_batch_size", Once(items.clear))
+    return M, torch.cat, TYPES_M, (items,), None
+
+
+@case("a colliding key's __eq__ deletes the batch size it is found beside")
+def _():
+    m = batch([[0.0], [1.0]], 2)
+    with_colliding_key(m, "_batch_size", Once(lambda: vars(m).pop("_batch_size", None)))
+    return M, torch.neg, TYPES_M, (m,), None
+
+
+@case("func's __hash__ empties the list, a batch among it")
+def _():
+    items = [batch([[0.0], [1.0]], 2), batch([[2.0]], 1)]
+    return M, HashHook(torch.cat, Once(items.clear)), TYPES_M, (items,), None
 
 
 @case("func's __hash__ refills the list")

@@ -43,7 +43,7 @@ CALLS = {
     "unsqueeze": lambda x, y: x.unsqueeze(0),
     "permute": lambda x, y: x.permute(1, 0),
     "cat": lambda x, y: torch.cat([x, y]),
-    "stack": lambda x, y: torch.stack((x, y)),
+    "stack": lambda x, y: torch.stack((x, y), dim=1),  # (along dim 0: a batch of samples)
     "split": lambda x, y: torch.split(x, 2),
     "chunk": lambda x, y: x.chunk(2, dim=1),
     "unbind": lambda x, y: x.unbind(),

@@ -1,0 +1,575 @@
+"""Batches of MetadataTensor samples.
+
+A MetadataTensor made by collation (``default_collate``, hence any ``DataLoader``) or by
+``torch.stack`` of samples along dim 0 is a *batch*: its ``batch_size`` is the number of
+samples along dim 0, and each value of its metadata holds one entry per sample (a list,
+or a tensor whose rows are the samples'). Calls that take a batch apart along dim 0 give
+each piece its samples' metadata; ``torch.cat`` of batches along dim 0 joins them; every
+other call keeps the batch as it is.
+
+Where the rules run: ``BATCH_RULES`` (function -> rule) is read by
+:meth:`MetadataTensor.fallback`, and the compiled path hands a call of one of its
+functions to the Python path only when a batch is among the arguments; every other call,
+a batch's included, stays compiled (its results take the batch size). ``torch.stack``,
+which builds a batch out of samples, is a handler of MetadataTensor's table.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from tensortools.types.metadata_tensor import BATCH_RULES, MetadataTensor, metadata_of
+
+__all__ = ["check_batch", "collate", "decollate"]
+
+# A selection of samples: one sample (an int), a slice of them, or a list of indices
+# (in order, repeats allowed). None: all of them, unchanged.
+Selection = int | slice | list | None
+
+
+def _shape(t: Tensor) -> torch.Size:
+    """t's shape, read without a call through __torch_function__ (a batch's own calls
+    would come back here)."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return t.shape
+
+
+def batch_size_of(t: Any) -> int | None:
+    """The batch size of a MetadataTensor batch; None for anything else."""
+    return getattr(t, "_batch_size", None) if isinstance(t, MetadataTensor) else None
+
+
+def check_batch(metadata: dict, size: int, rows: int | None = None, what: str = "batch") -> None:
+    """Raise ValueError unless every value of `metadata` holds `size` entries (a list or
+    tuple of that length, or a tensor of that many rows) and, where given, `rows` (the
+    tensor's dim 0) equals `size`."""
+    if rows is not None and rows != size:
+        raise ValueError(
+            f"MetadataTensor: a {what} of {size} samples whose dim 0 has {rows} entries; "
+            "a call moved or reduced its samples' dimension (set batch_size = None to "
+            "treat it as one tensor)"
+        )
+    for key, value in metadata.items():
+        if isinstance(value, (list, tuple)):
+            n = len(value)
+        elif isinstance(value, Tensor) and value.dim() > 0:
+            n = value.shape[0]
+        else:
+            raise ValueError(
+                f"MetadataTensor: a {what} of {size} samples holds {type(value).__name__} "
+                f"under metadata key {key!r}; every value of a batch's metadata must hold "
+                "one entry per sample (a list, or a tensor with a row per sample)"
+            )
+        if n != size:
+            raise ValueError(
+                f"MetadataTensor: a {what} of {size} samples holds {n} entries under "
+                f"metadata key {key!r}; every value of a batch's metadata must hold one "
+                "entry per sample"
+            )
+
+
+def _select(metadata: dict, selection: Selection) -> dict:
+    """Each value's entries for `selection` (one sample's value for an int)."""
+    if selection is None:
+        return dict(metadata)
+    out = {}
+    for key, value in metadata.items():
+        if isinstance(selection, int):
+            out[key] = value[selection]
+        elif isinstance(selection, slice):
+            out[key] = list(value[selection]) if isinstance(value, tuple) else value[selection]
+        elif isinstance(value, Tensor):
+            out[key] = value[torch.tensor(selection, dtype=torch.long, device=value.device)]
+        else:
+            out[key] = [value[i] for i in selection]
+    return out
+
+
+def _count(size: int, selection: Selection) -> int | None:
+    """The batch size a selection leaves (None for one sample)."""
+    if selection is None:
+        return size
+    if isinstance(selection, int):
+        return None
+    if isinstance(selection, slice):
+        return len(range(size)[selection])
+    return len(selection)
+
+
+def _give(result: Any, metadata: dict, size: int, selection: Selection) -> None:
+    """Set a result of a batch's call to the samples of `selection`."""
+    if isinstance(result, MetadataTensor):
+        result.metadata = _select(metadata, selection)
+        result._batch_size = _count(size, selection) if len(_shape(result)) else None
+
+
+# -- which samples a call takes -------------------------------------------------------
+
+
+def _argument(args: tuple, kwargs: dict, position: int, names: tuple, default: Any) -> Any:
+    if len(args) > position:
+        return args[position]
+    for name in names:
+        if name in kwargs:
+            return kwargs[name]
+    return default
+
+
+def _is_dim0(dim: Any, ndim: int) -> bool:
+    if isinstance(dim, (list, tuple)) and len(dim) == 1:
+        dim = dim[0]
+    try:
+        dim = operator.index(dim)
+    except TypeError:
+        return False  # a dimension name: not dim 0 of a batch of unnamed dims
+    return ndim > 0 and dim % ndim == 0
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _as_int(entry: Any) -> int | None:
+    """An index entry that picks one position (an int, or a 0-d integer tensor, which
+    indexing reads as one), as an int; else None."""
+    if _is_int(entry):
+        return entry
+    if isinstance(entry, Tensor) and entry.dim() == 0 and entry.dtype != torch.bool:
+        if not entry.is_floating_point() and not entry.is_complex():
+            return int(entry)
+    return None
+
+
+def _is_advanced(entry: Any) -> bool:
+    """An index entry that advanced indexing reads (a tensor, a list, a bool)."""
+    return isinstance(entry, (Tensor, list, tuple, bool)) and _as_int(entry) is None
+
+
+def _consumes(entry: Any) -> int:
+    """How many dims of the indexed tensor an index entry takes up."""
+    if entry is None or entry is Ellipsis or isinstance(entry, bool):
+        return 0
+    if isinstance(entry, Tensor) and entry.dtype == torch.bool:
+        return entry.dim()
+    return 1
+
+
+class _Mixed:
+    """A result whose dim 0 does not hold the samples one by one: one tensor, not a
+    batch, with the batch's metadata whole."""
+
+
+_MIXED = _Mixed()
+
+
+def _index_selection(index: Any, size: int, ndim: int) -> Selection | _Mixed:
+    """The samples ``batch[index]`` takes along dim 0: an int for one sample, a slice or a
+    list of them, None where dim 0 is left whole, _MIXED where the result's dim 0 no
+    longer holds the samples one by one (a new dim in front, several index tensors of
+    more than one dim)."""
+    entries = list(index) if isinstance(index, tuple) else [index]
+    moved = False
+    while entries and (entries[0] is None or isinstance(entries[0], bool)):
+        moved = True  # a new dim in front of the samples
+        entries.pop(0)
+    if entries and entries[0] is Ellipsis:
+        if sum(_consumes(e) for e in entries) < ndim:
+            return _MIXED if moved else _whole_dim0(entries)
+        entries.pop(0)  # an ellipsis that stands for no dim
+    first = entries[0] if entries else slice(None)
+    one = _as_int(first)
+    if one is not None:
+        return one % size  # (the call itself refused an index out of range)
+    if moved:
+        return _MIXED
+    if isinstance(first, slice):
+        if _whole_dim0(entries) is _MIXED:
+            return _MIXED
+        return None if first == slice(None) else first
+    advanced = [e for e in entries if _is_advanced(e)]
+    if any(isinstance(e, bool) for e in advanced):
+        return _MIXED
+    picks = [e if isinstance(e, Tensor) else torch.tensor(e) for e in advanced]
+    if picks[0].numel() == 0:
+        return []
+    if picks[0].dtype == torch.bool:
+        if len(picks) > 1:
+            return _MIXED
+        return picks[0].nonzero()[:, 0].tolist()
+    if any(p.dtype == torch.bool for p in picks):
+        return _MIXED
+    samples = torch.broadcast_tensors(*picks)[0] if len(picks) > 1 else picks[0]
+    if samples.dim() != 1:
+        return _MIXED
+    return [i % size for i in samples.tolist()]
+
+
+def _whole_dim0(entries: list) -> None | _Mixed:
+    """Dim 0 untouched by the index: None where the result keeps it in front, _MIXED where
+    advanced indexing moves other dims before it (index tensors apart from each other)."""
+    at = [k for k, e in enumerate(entries) if _is_advanced(e)]
+    return None if not at or at[-1] - at[0] == len(at) - 1 else _MIXED
+
+
+def _split_selections(func, args, kwargs, results, size) -> list[Selection] | None:
+    """The samples each piece of a split along dim 0 takes (None: the split is not along
+    dim 0)."""
+    name = getattr(func, "__name__", "")
+    ndim = len(_shape(_batch_argument(args, kwargs)))
+    if not _is_dim0(_argument(args, kwargs, 2, ("dim",), 0), ndim):
+        return None
+    if name == "tensor_split":
+        indices = _argument(
+            args, kwargs, 1, ("indices", "tensor_indices_or_sections", "sections"), None
+        )
+        if isinstance(indices, Tensor) and indices.dim() == 1:
+            indices = indices.tolist()
+        if isinstance(indices, (list, tuple)):
+            bounds = [0, *indices, size]
+            return [slice(bounds[k], bounds[k + 1]) for k in range(len(bounds) - 1)]
+    start, out = 0, []
+    for r in results:
+        rows = _shape(r)[0]
+        out.append(slice(start, start + rows))
+        start += rows
+    return out
+
+
+# -- the rules: (cls, func, types, args, kwargs, batch) -> result or NotImplemented ------
+
+
+def _plain_fallback(cls, func, types, args, kwargs):
+    return super(MetadataTensor, cls).fallback(func, types, args, kwargs)
+
+
+def _batch_argument(args, kwargs) -> Any:
+    return _argument(args, kwargs, 0, ("input", "self", "tensor"), None)
+
+
+def _checked(batch: Any, what: str = "batch") -> tuple[dict, int] | None:
+    size = batch_size_of(batch)
+    if size is None:
+        return None
+    metadata = metadata_of(batch) or {}
+    shape = _shape(batch)
+    check_batch(metadata, size, shape[0] if shape else 0, what)
+    return metadata, size
+
+
+def _getitem(cls, func, types, args, kwargs):
+    batch = args[0]
+    found = _checked(batch)
+    if found is None:
+        return NotImplemented
+    metadata, size = found
+    index = _argument(args, kwargs, 1, ("idx", "indices"), None)
+    if all(issubclass(t, MetadataTensor) for t in types) and not kwargs:
+        # (the common case, without the fallback's walks over the arguments and results:
+        # indexing writes nothing and returns one new view)
+        with torch._C.DisableTorchFunctionSubclass():
+            out = Tensor.__getitem__(batch, index).as_subclass(cls)
+    else:
+        out = _plain_fallback(cls, func, types, args, kwargs)
+    selection = _index_selection(index, size, len(_shape(batch)))
+    if selection is _MIXED:
+        if isinstance(out, MetadataTensor):
+            out.metadata, out._batch_size = dict(metadata), None
+        return out
+    _give(out, metadata, size, selection)
+    return out
+
+
+def _taking_apart(pick: Callable) -> Callable:
+    """The rule of a call that may take a batch apart along dim 0. ``pick(func, args,
+    kwargs, out, size, ndim)`` pairs each piece of the call's result `out` with the
+    samples it holds (empty where the call leaves dim 0 whole)."""
+
+    def rule(cls, func, types, args, kwargs):
+        batch = _batch_argument(args, kwargs)
+        found = _checked(batch)
+        if found is None:
+            return NotImplemented
+        metadata, size = found
+        out = _plain_fallback(cls, func, types, args, kwargs)
+        for piece, selection in pick(func, args, kwargs, out, size, len(_shape(batch))):
+            _give(piece, metadata, size, selection)
+        return out
+
+    return rule
+
+
+@_taking_apart
+def _pieces(func, args, kwargs, out, size, ndim):
+    """unbind, split, chunk, tensor_split along dim 0: each piece its samples."""
+    if getattr(func, "__name__", "") == "unbind":
+        dim = _argument(args, kwargs, 1, ("dim",), 0)
+        return list(zip(out, range(len(out)))) if _is_dim0(dim, ndim) else []
+    return list(zip(out, _split_selections(func, args, kwargs, out, size) or []))
+
+
+@_taking_apart
+def _select_rule(func, args, kwargs, out, size, ndim):
+    if not _is_dim0(_argument(args, kwargs, 1, ("dim",), None), ndim):
+        return []
+    return [(out, operator.index(_argument(args, kwargs, 2, ("index",), 0)) % size)]
+
+
+@_taking_apart
+def _narrow(func, args, kwargs, out, size, ndim):
+    if not _is_dim0(_argument(args, kwargs, 1, ("dim",), None), ndim):
+        return []
+    start = operator.index(_argument(args, kwargs, 2, ("start",), 0)) % max(size, 1)
+    length = operator.index(_argument(args, kwargs, 3, ("length",), 0))
+    return [(out, slice(start, start + length))]
+
+
+@_taking_apart
+def _index_select(func, args, kwargs, out, size, ndim):
+    if not _is_dim0(_argument(args, kwargs, 1, ("dim",), None), ndim):
+        return []
+    index = _argument(args, kwargs, 2, ("index",), None)
+    return [(out, [i % size for i in index.reshape(-1).tolist()])]
+
+
+def _iterate(cls, func, types, args, kwargs):
+    if batch_size_of(args[0]) is None:
+        return NotImplemented
+    return iter(args[0].unbind(0))
+
+
+def _grad(cls, func, types, args, kwargs):
+    """A batch leaf's gradient is a batch too: the same samples, the same metadata (an
+    alias of the gradient autograd accumulated, made at each access)."""
+    batch = args[0]
+    size = batch_size_of(batch)
+    if size is None:
+        return NotImplemented
+    grad = _plain_fallback(cls, func, types, args, kwargs)  # (left as it is: NO_WRAP)
+    if type(grad) is not Tensor or grad.dim() == 0 or grad.shape[0] != size:
+        return grad
+    out = grad.as_subclass(cls)  # (a batch whose metadata went wrong still has a gradient)
+    out.metadata, out._batch_size = dict(metadata_of(batch) or {}), size
+    return out
+
+
+#: Reductions, and the position of their dim argument.
+_REDUCTIONS: dict[Callable, int] = {}
+for _name in (
+    "sum nansum mean nanmean prod amax amin aminmax max min std var std_mean var_mean "
+    "median nanmedian mode logsumexp any all argmax argmin count_nonzero"
+).split():
+    for _func in (getattr(torch, _name, None), getattr(Tensor, _name, None)):
+        if _func is not None:
+            _REDUCTIONS[_func] = 1
+for _func in (torch.norm, Tensor.norm, torch.linalg.vector_norm, torch.linalg.norm):
+    _REDUCTIONS[_func] = 2
+
+
+def _reduction(cls, func, types, args, kwargs):
+    """A reduction over dim 0 (or over every dim) mixes the samples: its result is not a
+    batch, and keeps the batch's metadata (one entry per sample) as it is."""
+    batch = _batch_argument(args, kwargs)
+    if batch_size_of(batch) is None:
+        return NotImplemented
+    default = -1 if getattr(func, "__name__", "") == "mode" else None
+    dim = _argument(args, kwargs, _REDUCTIONS[func], ("dim", "axis"), default)
+    if isinstance(dim, Tensor):  # torch.max(a, b) and the like: elementwise
+        return NotImplemented
+    out = _plain_fallback(cls, func, types, args, kwargs)
+    dims = dim if isinstance(dim, (list, tuple)) else [dim]
+    if dim is None or any(_is_dim0(d, len(_shape(batch))) for d in dims):
+        for t in out if isinstance(out, tuple) else (out,):
+            if isinstance(t, MetadataTensor) and t is not batch:
+                t._batch_size = None
+    return out
+
+
+def _cat(cls, func, types, args, kwargs):
+    """torch.cat of batches along dim 0: the joined batch. A batch joined with anything
+    that is not one is refused; along other dims the merge policy applies."""
+    tensors = list(_argument(args, kwargs, 0, ("tensors",), ()))
+    dim = _argument(args, kwargs, 1, ("dim", "axis"), 0)
+    if (
+        kwargs.get("out") is not None
+        or not tensors
+        or not all(isinstance(t, Tensor) for t in tensors)
+    ):
+        return NotImplemented
+    shapes = [_shape(t) for t in tensors]
+    ndim = max(len(shape) for shape in shapes)
+    if not _is_dim0(dim, ndim):
+        return NotImplemented
+    joined = [t for t, shape in zip(tensors, shapes) if shape != (0,)]  # (torch skips)
+    sizes = [batch_size_of(t) for t in joined]
+    if all(s is None for s in sizes):
+        return NotImplemented
+    if None in sizes:
+        k = sizes.index(None)
+        raise ValueError(
+            f"torch.cat along dim 0 of MetadataTensor batches: tensor {k} is not a batch "
+            "(its rows would have no sample's metadata); make it one (set its batch_size "
+            "and one metadata entry per sample) or join plain tensors"
+        )
+    dicts = []
+    for k, t in enumerate(joined):
+        metadata = metadata_of(t) or {}
+        check_batch(metadata, sizes[k], _shape(t)[0], f"batch (tensor {k} of torch.cat)")
+        dicts.append(metadata)
+    _check_same_keys(dicts, "torch.cat of MetadataTensor batches", "tensor", "batches joined")
+    out = _plain_fallback(cls, func, types, args, kwargs)
+    metadata = {key: _join([d[key] for d in dicts]) for key in dicts[0]}
+    out.metadata, out._batch_size = metadata, sum(sizes)
+    return out
+
+
+def _join(values: list) -> Any:
+    """Per-sample entries of several batches, in order: tensors of rows joined into one
+    when they can be, else a list."""
+    if all(isinstance(v, Tensor) for v in values) and _stackable(values, 1):
+        return torch.cat(values)
+    return [x for v in values for x in v]
+
+
+def _stackable(values: Sequence, skip: int = 0) -> bool:
+    first = values[0]
+    return all(
+        isinstance(v, Tensor)
+        and v.shape[skip:] == first.shape[skip:]
+        and v.dtype == first.dtype
+        and v.device == first.device
+        for v in values
+    )
+
+
+BATCH_RULES.update(
+    {
+        Tensor.__getitem__: _getitem,
+        Tensor.__iter__: _iterate,
+        Tensor.grad.__get__: _grad,
+        torch.cat: _cat,
+        torch.concat: _cat,
+        torch.concatenate: _cat,
+        **dict.fromkeys(_REDUCTIONS, _reduction),
+        **{
+            f: _pieces
+            for name in ("unbind", "split", "chunk", "tensor_split")
+            for f in (getattr(torch, name), getattr(Tensor, name))
+        },
+        **{f: _select_rule for f in (torch.select, Tensor.select)},
+        **{f: _narrow for f in (torch.narrow, Tensor.narrow)},
+        **{f: _index_select for f in (torch.index_select, Tensor.index_select)},
+    }
+)
+
+
+# -- building batches: collation, torch.stack ------------------------------------------
+
+
+def _check_same_keys(dicts: list[dict], who: str, item: str, holders: str) -> None:
+    """ValueError naming the first of `dicts` whose keys differ from the first's."""
+    for i, d in enumerate(dicts):
+        if d.keys() != dicts[0].keys():
+            raise ValueError(
+                f"{who}: {item} {i} has metadata keys {sorted(map(str, d))}, {item} 0 has "
+                f"{sorted(map(str, dicts[0]))}; {holders} need the same keys"
+            )
+
+
+def _samples_metadata(items: Sequence, who: str) -> list[dict]:
+    """Each sample's metadata (a plain tensor's: none); ValueError unless every sample
+    has the same keys."""
+    dicts = [dict(metadata_of(t) or {}) if isinstance(t, MetadataTensor) else {} for t in items]
+    _check_same_keys(dicts, who, "sample", "samples of a batch (a plain tensor has none)")
+    for i in range(len(items)):
+        if batch_size_of(items[i]) is not None:
+            raise ValueError(
+                f"{who}: sample {i} is itself a batch of {batch_size_of(items[i])} samples; "
+                "join batches with torch.cat along dim 0"
+            )
+    return dicts
+
+
+def _batched(dicts: list[dict]) -> dict:
+    """The batch's metadata: each key's per-sample values, stacked into one tensor when
+    they are tensors of one shape, dtype and device, else a list."""
+    out = {}
+    for key in dicts[0] if dicts else ():
+        values = [d[key] for d in dicts]
+        out[key] = torch.stack(values) if _stackable(values) else values
+    return out
+
+
+def _carrier_class(items: Sequence) -> type:
+    return next(type(t) for t in items if isinstance(t, MetadataTensor))
+
+
+def _stack(tensors, dim=0, *, out=None):
+    """torch.stack of samples along dim 0: the batch default_collate makes of them."""
+    items = list(tensors)
+    if out is not None or not items or not isinstance(dim, int):
+        return NotImplemented
+    if not _is_dim0(dim, len(_shape(items[0])) + 1) or any(
+        batch_size_of(t) is not None for t in items
+    ):
+        return NotImplemented
+    cls = _carrier_class(items)
+    metadata = _batched(_samples_metadata(items, "torch.stack"))
+    with torch._C.DisableTorchFunctionSubclass():
+        data = torch.stack([t.as_subclass(Tensor) for t in items], dim)
+    return cls.wrap_batch(data, metadata, len(items))
+
+
+MetadataTensor.implements(torch.stack)(_stack)
+
+
+def collate(batch: list, *, collate_fn_map: dict | None = None) -> MetadataTensor:
+    """``torch.utils.data.default_collate`` for samples among which is a MetadataTensor
+    (registered when tensortools is imported).
+
+    The data are stacked as for plain tensors (into shared memory in a worker process);
+    the result is a batch of ``len(batch)`` samples whose metadata maps each key to the
+    samples' values in sample order: a list (``{"id": 3}`` and ``{"id": 7}`` give
+    ``{"id": [3, 7]}``), or one tensor when the values are tensors of one shape, dtype
+    and device (their stack). Every sample must have the same keys; a plain tensor among
+    the samples has none.
+    """
+    cls = _carrier_class(batch)
+    metadata = _batched(_samples_metadata(batch, f"{cls.__name__} collate"))
+    with torch._C.DisableTorchFunctionSubclass():
+        plain = [t.as_subclass(Tensor) for t in batch]
+        data = _collate_plain(plain)
+    return cls.wrap_batch(data, metadata, len(batch))
+
+
+def decollate(batch: Tensor) -> list[MetadataTensor]:
+    """One MetadataTensor per sample of a MetadataTensor batch, in order, each with its
+    own metadata (as ``list(batch.unbind(0))``)."""
+    if batch_size_of(batch) is None:
+        got = f"a {type(batch).__name__}" + (
+            " that is not a batch" if isinstance(batch, MetadataTensor) else ""
+        )
+        raise TypeError(f"tensortools.decollate: 'batch' must be a MetadataTensor batch, got {got}")
+    return list(batch.unbind(0))
+
+
+# default_collate picks the function by the first sample's type: MetadataTensor's and
+# torch.Tensor's both come here when any sample is a MetadataTensor, so a batch mixing
+# plain tensors and MetadataTensors is the same in either order.
+_collate_map = torch.utils.data._utils.collate.default_collate_fn_map
+_collate_plain = torch.utils.data._utils.collate.collate_tensor_fn
+
+
+def _collate_tensors(batch: list, *, collate_fn_map: dict | None = None) -> Tensor:
+    if any(isinstance(t, MetadataTensor) for t in batch):
+        return collate(batch, collate_fn_map=collate_fn_map)
+    return _collate_plain(batch, collate_fn_map=collate_fn_map)
+
+
+_collate_map[MetadataTensor] = collate
+if _collate_map.get(Tensor) is _collate_plain:
+    _collate_map[Tensor] = _collate_tensors
