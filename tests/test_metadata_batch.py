@@ -11,6 +11,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -224,6 +225,64 @@ def test_an_index_that_mixes_samples_into_dim_0_leaves_one_tensor():
     one = b[None, 2]  # one sample, under a new dim
     assert one.batch_size is None
     assert_same(one.metadata, sample_metadata(2))
+
+
+def _index_cases(n):
+    t = torch.tensor
+    return [
+        0,
+        -1,
+        n - 1,
+        t(1),
+        slice(1, None),
+        slice(None, None, 2),
+        slice(None),
+        (),
+        ...,
+        (..., 0),
+        (slice(None), 1),
+        (None,),
+        (None, 1),
+        (1, None),
+        (slice(None), None),
+        [0, n - 1],
+        t([n - 1, 0, 0]),
+        [],
+        t([i % 2 == 0 for i in range(n)]),
+        (t([0, n - 1]), 1),
+        (t([0, n - 1]), t([1, 0])),
+        (t([0, n - 1]), slice(None), t([1, 2])),
+        (slice(None), t([0, 1])),
+        (..., t([0, 2])),
+        (1, t([0, 1])),
+        t(True),
+        (slice(None), t(True)),
+        [[0, n - 1], [0, 1]],
+        t([[0, 1], [1, 0]]),
+        True,
+    ]
+
+
+@pytest.mark.parametrize("n", [2, 5])
+def test_no_index_assigns_a_row_another_samples_metadata(n):
+    """Each element of the batch holds its sample's number: every batch an index gives
+    holds, row by row, the samples its values come from; one sample's result holds only
+    that sample's values; anything else is one tensor with the batch's metadata whole."""
+    b = torch.stack([MetadataTensor(torch.full((3, 3), float(i)), {"id": i}) for i in range(n)])
+    for index in _index_cases(n):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (a list read as a tuple: deprecated)
+            got, want = b[index], plain(b)[index]
+        assert torch.equal(plain(got), want), index
+        ids = got.metadata["id"]
+        if got.batch_size is not None:
+            assert got.batch_size == len(ids) == want.shape[0], index
+            for row, i in zip(want, ids):
+                assert bool((row == i).all()), (index, ids)
+        elif isinstance(ids, int):
+            assert bool((want == ids).all()), index
+        else:
+            assert ids == list(range(n)), index
 
 
 # -- building batches ---------------------------------------------------------------

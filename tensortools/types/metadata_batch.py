@@ -150,6 +150,14 @@ def _is_advanced(entry: Any) -> bool:
     return isinstance(entry, (Tensor, list, tuple, bool)) and _as_int(entry) is None
 
 
+def _adds_a_dim(entry: Any) -> bool:
+    """None, True/False and 0-d bool tensors: index entries that add a dim of size 1 (or
+    0) and take up none."""
+    if entry is None or isinstance(entry, bool):
+        return True
+    return isinstance(entry, Tensor) and entry.dtype == torch.bool and entry.dim() == 0
+
+
 def _consumes(entry: Any) -> int:
     """How many dims of the indexed tensor an index entry takes up."""
     if entry is None or entry is Ellipsis or isinstance(entry, bool):
@@ -172,9 +180,17 @@ def _index_selection(index: Any, size: int, ndim: int) -> Selection | _Mixed:
     list of them, None where dim 0 is left whole, _MIXED where the result's dim 0 no
     longer holds the samples one by one (a new dim in front, several index tensors of
     more than one dim)."""
+    if (
+        isinstance(index, list)
+        and len(index) < 32
+        and any(
+            isinstance(e, (Tensor, list, tuple, slice)) or e is None or e is Ellipsis for e in index
+        )
+    ):
+        index = tuple(index)  # (as torch reads such a list, for now: deprecated)
     entries = list(index) if isinstance(index, tuple) else [index]
     moved = False
-    while entries and (entries[0] is None or isinstance(entries[0], bool)):
+    while entries and _adds_a_dim(entries[0]):
         moved = True  # a new dim in front of the samples
         entries.pop(0)
     if entries and entries[0] is Ellipsis:
@@ -192,7 +208,7 @@ def _index_selection(index: Any, size: int, ndim: int) -> Selection | _Mixed:
             return _MIXED
         return None if first == slice(None) else first
     advanced = [e for e in entries if _is_advanced(e)]
-    if any(isinstance(e, bool) for e in advanced):
+    if any(_adds_a_dim(e) for e in advanced):
         return _MIXED
     picks = [e if isinstance(e, Tensor) else torch.tensor(e) for e in advanced]
     if picks[0].numel() == 0:
