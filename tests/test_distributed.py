@@ -158,15 +158,17 @@ def _ddp_lltm(rank: int) -> dict:
         _lltm_loss(ddp, xs, ys).backward()
         grads.append(_grads(ddp.module))
         _sgd_step(ddp.module)
-    # A MetadataTensor batch through the same DDP model: metadata follows, the averaged
-    # gradients are those of plain tensors.
-    out = ddp(MetadataTensor(xs, {"rank": rank}))
+    # A MetadataTensor batch through the same DDP model: each output row keeps its
+    # sample's metadata, the averaged gradients are those of plain tensors.
+    ids = [f"{rank}.{i}" for i in range(xs.shape[0])]
+    out = ddp(MetadataTensor.wrap_batch(xs, {"id": ids}, xs.shape[0]))
     ((out - ys) ** 2).mean().backward()
     params = {n: p.detach().clone() for n, p in ddp.module.named_parameters()}
     return {
         "grads": grads,
         "params": params,
         "metadata_out": _plain(out),
+        "metadata_rows": [row.metadata for row in out],
         "metadata_grads": _grads(ddp.module),
     }
 
@@ -335,7 +337,10 @@ def test_ddp_lltm_matches_full_batch(reports):
 def test_ddp_lltm_with_metadata_input(reports):
     for rank, report in enumerate(reports):
         out = report["lltm"]["metadata_out"]
-        assert out["type"] == "MetadataTensor" and out["metadata"] == {"rank": rank}
+        ids = [f"{rank}.{i}" for i in range(BATCH // WORLD_SIZE)]
+        assert out["type"] == "MetadataTensor" and out["metadata"] == {"id": ids}
+        assert out["batch_size"] == len(ids)
+        assert report["lltm"]["metadata_rows"] == [{"id": i} for i in ids]
     # The same model state (after ITERATIONS steps) on plain tensors, in full.
     model = _lltm_net()
     model.load_state_dict(reports[0]["lltm"]["params"])
