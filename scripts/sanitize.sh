@@ -64,7 +64,7 @@ tests=(tests/test_ops_lltm.py tests/test_ops_lltm_sequence.py tests/test_ops_axp
        tests/test_ops_graph_conv.py tests/test_ops_scalar_ops.py tests/test_metadata_tensor.py
        tests/test_logging_tensor.py tests/test_dispatch.py tests/test_wrapper_paths.py
        tests/test_hostile_dispatch.py tests/test_modes.py tests/test_scalar_fast_path.py
-       tests/test_scalar_package.py)
+       tests/test_scalar_package.py tests/test_metadata_batch.py)
 [[ -e tests/test_ops_fuzz.py ]] && tests+=(tests/test_ops_fuzz.py)
 
 # A report aborts the process it happens in, but one in a child process (inductor's
