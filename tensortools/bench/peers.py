@@ -129,23 +129,13 @@ def peer_rows(*, min_run_time: float = 0.3, rounds: int = 3) -> list[Row]:
         measures[f"{ROUND_TRIP_SAMPLES}x3x32x32", "round trip", name] = lambda f=trip: time_call(
             f, min_run_time
         )
-    rows = []
-    for (label, phase, name), p in interleaved(measures, rounds).items():
-        rows.append(
-            Row(
-                (label,),
-                "float32",
-                "cpu",
-                name,
-                phase,
-                p.median_us,
-                p.iqr_us,
-                p.calls,
-                None,
-                p.noisy,
-            )
-        )
-    return rows
+    pooled = interleaved(measures, rounds)
+    return [Row((k[0],), "float32", "cpu", k[2], k[1], *_timing(p)) for k, p in pooled.items()]
+
+
+def _timing(p) -> tuple:
+    """A pooled measurement as Row's fields after the phase."""
+    return p.median_us, p.iqr_us, p.calls, None, p.noisy
 
 
 def format_peer_table(rows: list[Row]) -> str:
