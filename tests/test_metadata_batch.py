@@ -609,3 +609,38 @@ def test_check_type_passes_on_batches_for_the_decollating_functions():
         raise_on_failure=False,
     )
     assert not report.failures, report
+
+
+def test_two_threads_taking_batches_apart_interleaved():
+    """Two threads, each with its own batch and its own settings block, step by step in
+    lockstep: every piece keeps its own batch's samples."""
+    import threading
+
+    rounds, barrier, errors = 200, threading.Barrier(2), []
+
+    def work(tag, policy):
+        items = [MetadataTensor(torch.full((2,), float(i)), {"id": f"{tag}{i}"}) for i in range(3)]
+        try:
+            with MetadataTensor.merge_policy(policy):
+                for _ in range(rounds):
+                    b = torch.stack(items)
+                    barrier.wait()
+                    joined = torch.cat([b, b[1:]])
+                    barrier.wait()
+                    got = [x.metadata["id"] for x in joined]
+                    want = [f"{tag}{i}" for i in (0, 1, 2, 1, 2)]
+                    assert got == want, (tag, got)
+                    assert (b * 2)[2].metadata == {"id": f"{tag}2"}
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+            barrier.abort()
+
+    threads = [
+        threading.Thread(target=work, args=("a", "first")),
+        threading.Thread(target=work, args=("b", "union")),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors

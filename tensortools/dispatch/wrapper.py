@@ -342,13 +342,17 @@ def _is_size(x: Any) -> bool:
 _wrapper_torch_function = _C.wrapper_torch_function
 
 
+#: Result types with no tensor in them: returned as they are, unwalked.
+_NOT_TENSORS = frozenset({int, float, bool, complex, str, torch.Size, torch.dtype, torch.device})
+
+
 def _wrap_result(
     cls: type, func: Callable, result: Any, context: Any, args: tuple, kwargs: dict | None
 ) -> Any:
     # (the compiled path's results other than one new plain strided tensor; for a batch's
     # call, with no context: the class's own, as the Python path makes it)
-    if not any(isinstance(t, Tensor) for t in tree_leaves(result, is_leaf=_is_size)):
-        return result  # (t.dim(), t.shape, t.tolist(): nothing to wrap)
+    if result is None or type(result) in _NOT_TENSORS:
+        return result  # (t.dim(), t.shape, t.dtype: nothing to wrap, nothing to walk)
     args, kwargs = args or (), kwargs or {}
     if context is None and cls._fast.kind == WrapperPath.WRAP_METADATA:
         context = cls.context(func, args, kwargs)
