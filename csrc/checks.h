@@ -37,6 +37,15 @@ inline std::string dtype_list(c10::ArrayRef<at::ScalarType> dtypes) {
   return out.str();
 }
 
+inline bool dtype_among(at::ScalarType dtype, c10::ArrayRef<at::ScalarType> dtypes) {
+  for (auto t : dtypes) {
+    if (t == dtype) {
+      return true;
+    }
+  }
+  return false;
+}
+
 inline void defined(const char* op, const Arg& a) {
   TORCH_CHECK_VALUE(a.tensor.defined(), op, ": '", a.name, "' must be a tensor, got None");
 }
@@ -64,13 +73,9 @@ inline void same_size(const char* op, const Arg& a, int64_t dim, const Arg& ref,
 }
 
 inline void dtype_in(const char* op, const Arg& a, c10::ArrayRef<at::ScalarType> allowed) {
-  for (auto t : allowed) {
-    if (a.tensor.scalar_type() == t) {
-      return;
-    }
-  }
-  TORCH_CHECK_TYPE(false, op, ": '", a.name, "' must have dtype ", dtype_list(allowed), " on ",
-                   a.tensor.device().type(), ", got ", a.tensor.scalar_type());
+  TORCH_CHECK_TYPE(dtype_among(a.tensor.scalar_type(), allowed), op, ": '", a.name,
+                   "' must have dtype ", dtype_list(allowed), " on ", a.tensor.device().type(),
+                   ", got ", a.tensor.scalar_type());
 }
 
 inline void same_dtype(const char* op, const Arg& a, const Arg& ref) {
@@ -120,6 +125,9 @@ inline void optional_like(const char* op, const std::optional<at::Tensor>& t, co
 inline constexpr at::ScalarType kCpuFloatingTypes[] = {at::kFloat, at::kDouble};
 inline constexpr at::ScalarType kCudaFloatingTypes[] = {at::kFloat, at::kDouble, at::kHalf,
                                                         at::kBFloat16};
+// Every floating dtype: what an operator made of ATen calls takes on every device.
+inline constexpr at::ScalarType kAllFloatingTypes[] = {at::kFloat, at::kDouble, at::kHalf,
+                                                       at::kBFloat16};
 
 // The floating dtypes an operator's kernels accept on `device`. A meta tensor (what
 // torch.compile traces with) stands for a tensor of any device, so it takes the dtypes of

@@ -66,16 +66,21 @@ c10::SymDimVector check_conv_args(const at::Tensor& input, const at::Tensor& wei
 }
 
 // Running statistics: 1-D of one value per output channel, of the input's dtype, on its
-// device (ref: the input, or the forward's output, which has the input's dtype).
+// device (ref: the input, or the forward's output, which has the input's dtype). With
+// `stats_too`, also of the statistics' dtype: float32 running statistics beside a half
+// output are what BatchNorm2d keeps under autocast, and the update adds float32 statistics.
 void check_running_stats(const at::Tensor& running_mean, const at::Tensor& running_var,
-                         const at::Tensor& ref, const char* ref_name, const c10::SymInt& channels) {
+                         const at::Tensor& ref, const char* ref_name, const c10::SymInt& channels,
+                         bool stats_too = false) {
   const Arg a_ref{ref, ref_name};
+  const at::ScalarType stats = stats_dtype(ref.scalar_type());
   for (const Arg& a : {Arg{running_mean, "running_mean"}, Arg{running_var, "running_var"}}) {
     checks::defined(kOp, a);
     checks::strided(kOp, a);
-    TORCH_CHECK_TYPE(a.tensor.scalar_type() == ref.scalar_type(), kOp, ": '", a.name,
-                     "' must have the dtype of the input (", ref.scalar_type(), "), got ",
-                     a.tensor.scalar_type());
+    const at::ScalarType dtype = a.tensor.scalar_type();
+    TORCH_CHECK_TYPE(dtype == ref.scalar_type() || (stats_too && dtype == stats), kOp, ": '",
+                     a.name, "' must have the dtype of the input (", ref.scalar_type(),
+                     stats_too && stats != ref.scalar_type() ? " or Float" : "", "), got ", dtype);
     checks::same_device(kOp, a, a_ref);
     checks::shape(kOp, a, {channels}, "out_channels");
   }
@@ -238,6 +243,9 @@ void conv_bn2d_update_stats(const at::Tensor& running_mean, const at::Tensor& ru
                             double momentum) {
   const Arg a_output{output, "output"};
   checks::defined(kOp, a_output);
+  // Made of ATen calls, so every floating dtype on every device: under autocast the CPU
+  // forward's output is in the autocast dtype.
+  checks::dtype_in(kOp, a_output, kAllFloatingTypes);
   checks::dim(kOp, a_output, 4, "batch x out_channels x height x width");
   const c10::SymInt channels = output.sym_size(1);
   const at::ScalarType stats = stats_dtype(output.scalar_type());
@@ -247,10 +255,10 @@ void conv_bn2d_update_stats(const at::Tensor& running_mean, const at::Tensor& ru
     checks::same_device(kOp, a, a_output);
     checks::shape(kOp, a, {channels}, "out_channels");
     TORCH_CHECK_TYPE(a.tensor.scalar_type() == stats, kOp, ": '", a.name, "' must have dtype ",
-                     stats, " for an output of dtype ", output.scalar_type(), ", got ",
+                     stats, " for 'output' of dtype ", output.scalar_type(), ", got ",
                      a.tensor.scalar_type());
   }
-  check_running_stats(running_mean, running_var, output, "input", channels);
+  check_running_stats(running_mean, running_var, output, "input", channels, /*stats_too=*/true);
   for (const Arg& a : {Arg{running_mean, "running_mean"}, Arg{running_var, "running_var"}}) {
     TORCH_CHECK_VALUE(a.tensor.sym_numel() <= 1 || a.tensor.sym_stride(0) != 0, kOp, ": '", a.name,
                       "' is updated in place, so it must not be expanded (stride 0); "

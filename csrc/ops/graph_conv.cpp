@@ -44,6 +44,13 @@ void check_args(const at::Tensor& adj, const at::Tensor& x, const at::Tensor& we
   TORCH_CHECK_TYPE(
       adj.layout() == at::kStrided || adj.layout() == at::kSparse || adj.layout() == at::kSparseCsr,
       kOp, ": 'adj' must be dense, sparse COO or sparse CSR, got layout ", adj.layout());
+  // A hybrid sparse tensor keeps a dense block per stored index; ATen's sparse product
+  // takes a matrix of scalars only, so such an adj would fail inside it, unnamed.
+  TORCH_CHECK_TYPE(
+      adj.layout() == at::kStrided || (adj.sparse_dim() == 2 && adj.dense_dim() == 0), kOp,
+      ": a sparse 'adj' must have 2 sparse dimensions and no dense ones (not "
+      "hybrid), got sparse_dim ",
+      adj.sparse_dim(), " and dense_dim ", adj.dense_dim(), " for shape ", adj.sym_sizes());
   checks::same_dtype(kOp, a_adj, a_x);
   checks::same_device(kOp, a_adj, a_x);
   checks::dim(kOp, a_x, 2, "nodes x in_features");

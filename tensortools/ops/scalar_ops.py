@@ -29,6 +29,12 @@ def _as_value(fn_name: str, value: Any, like: Tensor) -> Tensor:
             raise refuse(ValueError, f"got shape {tuple(value.shape)}")
         if value.is_complex() and not like.is_complex():
             raise refuse(TypeError, f"got a {value.dtype} tensor")
+        if value.device != like.device and value.device.type != "cpu":
+            # Only a CPU 0-d tensor stands for a number beside a tensor elsewhere (as in
+            # torch); any other device goes as it is to the kernels' device check.
+            return value.to(dtype=like.dtype)
+        if value.is_meta:  # no number to read: the conversion is left unchecked
+            return value.to(dtype=like.dtype, device=like.device)
         if value.is_floating_point() and not like.is_floating_point():
             value = value.item()  # checked below, like a Python float
         else:
