@@ -166,7 +166,9 @@ class FusedConvBN2d(torch.nn.Module):
     average, as there), with parameters ``weight`` (the convolution's), ``gamma`` and
     ``beta`` (batch norm's weight and bias) and buffers ``running_mean``, ``running_var``,
     ``num_batches_tracked``. Training keeps less for backward: the convolution is recomputed
-    there rather than stored. ``forward(input)``: N×in_channels×H×W.
+    there rather than stored. ``forward(input)``: N×in_channels×H×W. Under
+    ``torch.autocast`` too the result has the pair's dtype (the autocast dtype), and the
+    running statistics stay in theirs.
     """
 
     def __init__(

@@ -14,9 +14,11 @@ __all__ = ["graph_conv"]
 def graph_conv(adj: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``adj @ x @ weight + bias``, multiplying in the cheaper order for the shapes.
 
-    ``adj`` N×N (dense, sparse COO or sparse CSR), ``x`` N×F_in, ``weight`` F_in×F_out,
-    ``bias`` F_out or None; one floating dtype and device. Returns N×F_out. Gradients
-    flow to ``x``, ``weight``, ``bias`` and a dense ``adj``.
+    ``adj`` N×N (dense, sparse COO or sparse CSR, not hybrid), ``x`` N×F_in, ``weight``
+    F_in×F_out, ``bias`` F_out or None; one floating dtype and device. Returns N×F_out.
+    Gradients flow to ``x``, ``weight``, ``bias`` and a dense ``adj``. Under
+    ``torch.autocast`` the products' result is in the autocast dtype and ``bias`` is
+    added as it is, as in ``adj @ x @ weight + bias`` there.
     """
     relevant = (adj, x, weight) if bias is None else (adj, x, weight, bias)
     if has_torch_function(relevant):
