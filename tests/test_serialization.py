@@ -5,9 +5,11 @@ import copy
 import io
 import os
 import pickle
+import warnings
 
 import pytest
 import torch
+from _support.scalar_structured import VALUES, call, structured_calls
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor
 
@@ -277,3 +279,42 @@ def test_deepcopy_keeps_views_sharing_storage():
         copied.as_subclass(torch.Tensor)[1] = 99.0
     assert copied.metadata["view"].as_subclass(torch.Tensor)[0].item() == 99.0
     assert m.as_subclass(torch.Tensor)[1].item() == 1.0  # the original is untouched
+
+
+def _scalar_tensors_of_every_kind():
+    """(label, ScalarTensor): the results of every structured call of ScalarTensor's table
+    (views such as d.real and d.imag, conversions, each handler family), the same again
+    through a second view, and ScalarTensors made from tensors."""
+    made = []
+    for case in structured_calls():
+        d = ScalarTensor(3, VALUES[case.dtype], dtype=case.dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = call(case.func, d, case.arguments(3))
+        made.append((case.label, result))
+        made.append((f"{case.label}.t()", result.t()))
+    for dtype in VALUES:
+        value = torch.tensor(VALUES[dtype], dtype=dtype)
+        made.append((f"from a {dtype} tensor", ScalarTensor(2, value)))
+        made.append((f"from a {dtype} tensor's view", ScalarTensor(2, torch.stack([value] * 3)[1])))
+    return made
+
+
+def test_every_kind_of_scalar_tensor_round_trips():
+    failures, made = [], _scalar_tensors_of_every_kind()
+    for label, d in made:
+        try:
+            trips = _round_trips(d)
+        except Exception as e:
+            failures.append(f"{label}: {e!r}")
+            continue
+        for how, r in trips.items():
+            if not (
+                type(r) is type(d)
+                and r.N == d.N
+                and r.dtype == d.dtype
+                and torch.equal(r.tensor().isnan(), d.tensor().isnan())
+                and torch.equal(r.tensor().nan_to_num(), d.tensor().nan_to_num())
+            ):
+                failures.append(f"{label} ({how}): {r!r}, saved {d!r}")
+    assert len(made) > 1000 and not failures, "\n".join(failures[:40])

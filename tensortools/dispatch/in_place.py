@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -14,7 +14,7 @@ from torch.utils._pytree import tree_leaves
 
 from tensortools.dispatch.tensor_like import INPLACE_OPERATORS
 
-__all__ = ["written_arguments"]
+__all__ = ["OutOfPlace", "out_of_place_form", "written_arguments"]
 
 # Tensor dunders that change their first operand: the in-place operators and item
 # assignment (other in-place functions end in a single underscore: add_, zero_, ...).
@@ -46,6 +46,79 @@ def written_arguments(func: Callable, args: tuple, kwargs: dict) -> list:
         first = args[0] if args else kwargs.get(_first_parameter(func))
         targets += tree_leaves(first)
     return _distinct(targets)
+
+
+class OutOfPlace(NamedTuple):
+    """An in-place call taken apart: the out-of-place call computing what it writes,
+    and the tensor it writes that into."""
+
+    func: Callable
+    args: tuple
+    kwargs: dict
+    target: Any
+
+
+def out_of_place_form(
+    func: Callable, args: tuple, kwargs: dict, known: Callable[[Callable], bool] = callable
+) -> OutOfPlace | None:
+    """The out-of-place form of a call that writes one tensor, or None: ``torch.sin(x,
+    out=o)`` computes ``torch.sin(x)`` into ``o``; ``F.relu(x, inplace=True)`` and
+    ``F.relu_(x)`` compute ``F.relu(x)`` into ``x``; ``x.add_(y)`` computes ``x.add(y)``,
+    ``x += y`` computes ``x + y``. torch's in-place forms give what the out-of-place form
+    gives, cast to the written tensor's dtype (where torch allows that cast), so a type that
+    answers the out-of-place form cheaply answers the in-place one too. Where a function has
+    several out-of-place forms (``torch.threshold`` and ``F.threshold``), the first that
+    ``known`` accepts is taken."""
+    if getattr(func, "_schema", None) is not None:
+        return None  # (torch.ops overloads: their schemas name other outputs)
+    if "out" in kwargs:
+        out = kwargs["out"]
+        if out is None or isinstance(out, (tuple, list)):
+            return None
+        rest = {k: v for k, v in kwargs.items() if k != "out"}
+        return OutOfPlace(func, args, rest, out)
+    if "inplace" in kwargs:  # (a flag that is no bool is left to the call's own rules)
+        if kwargs["inplace"] is not True or not args:
+            return None
+        return OutOfPlace(func, args, {**kwargs, "inplace": False}, args[0])
+    position = _inplace_position(func)
+    if position is not None and len(args) > position and args[position] is True:
+        flags_off = (*args[:position], False, *args[position + 1 :])
+        return OutOfPlace(func, flags_off, kwargs, args[0])
+    base = next((f for f in _out_of_place_functions(func) if known(f)), None)
+    if base is None or not args:
+        return None
+    return OutOfPlace(base, args, kwargs, args[0])
+
+
+@functools.cache
+def _out_of_place_by_name(func: Callable) -> tuple[Callable, ...]:
+    name = getattr(func, "__name__", "")
+    if name in INPLACE_OPERATORS:  # __iadd__ -> __add__ (or add; __idiv__ -> div)
+        found = (getattr(Tensor, f"__{name[3:]}", None), getattr(Tensor, name[3:-2], None))
+        return tuple(f for f in found if callable(f))
+    if not name.endswith("_") or name.endswith("__") or func == Tensor.requires_grad_:
+        return ()
+    base = name[:-1]
+    # A Tensor method's out-of-place form is the method (x.add_ -> x.add); a function's is
+    # the function of the same namespace (torch.relu_ -> torch.relu, F.elu_ -> F.elu),
+    # which takes the same arguments in the same order. (torch.threshold_ is also
+    # F.threshold_: both namespaces' forms are candidates.)
+    if getattr(Tensor, name, None) is func:
+        found = getattr(Tensor, base, None)
+        return (found,) if callable(found) else ()
+    return tuple(
+        getattr(namespace, base)
+        for namespace in (torch.nn.functional, torch, torch.special)
+        if getattr(namespace, name, None) is func and callable(getattr(namespace, base, None))
+    )
+
+
+def _out_of_place_functions(func: Callable) -> tuple[Callable, ...]:
+    try:
+        return _out_of_place_by_name(getattr(func, "method", func))
+    except TypeError:  # unhashable callables
+        return ()
 
 
 def _distinct(objects: list) -> list:

@@ -30,7 +30,8 @@ class TensorLike(TorchFunctionTable):
     so they reach the table or the policy like ``torch.*`` calls do. Binary operators
     return ``NotImplemented`` where the call raises a ``TypeError`` (but
     :class:`CannotHoldResult`), as ``torch.Tensor``'s do, so that Python tries the other
-    operand's reflected method.
+    operand's reflected method; in-place operators (``a += b``) raise it instead, so that
+    they change ``a`` or fail, and never rebind ``a`` to a new object.
     """
 
     __hash__ = object.__hash__  # defining __eq__ below would otherwise unset it
@@ -172,7 +173,10 @@ _OTHER_DUNDERS = (
 
 def _operator(name: str) -> Callable:
     tensor_op = getattr(Tensor, name)
-    binary = name in _BINARY_DUNDERS
+    # An in-place operator that returned NotImplemented would let Python compute
+    # `a = a + b` instead: a new object, while other references and views of `a` keep the
+    # old values. So `a += b` changes `a` or raises.
+    binary = name in _BINARY_DUNDERS and name not in INPLACE_OPERATORS
 
     def operator(self, *args):
         if not binary:
@@ -191,3 +195,16 @@ def _operator(name: str) -> Callable:
 
 for _name in sorted(_BINARY_DUNDERS) + list(_OTHER_DUNDERS):
     setattr(TensorLike, _name, _operator(_name))
+
+
+def _in_place_matmul(self, other):
+    # torch.Tensor has no in-place matmul, so for it Python runs `a = a @ b`: a new object,
+    # while other references keep the old values. Refused here, as every in-place operator
+    # that cannot change its operand is.
+    raise TypeError(
+        f"{type(self).__name__} @= : there is no in-place matrix product (torch.Tensor has "
+        "none); write `a = a @ b`, which makes a new object"
+    )
+
+
+TensorLike.__imatmul__ = _in_place_matmul

@@ -6,17 +6,21 @@ and changes nothing."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import torch
 from torch import Tensor
+from torch.overrides import has_torch_function
 
 from tensortools.dispatch import CannotHoldResult
-from tensortools.dispatch.in_place import written_arguments
+from tensortools.dispatch.in_place import out_of_place_form, written_arguments
+from tensortools.dispatch.table import TorchFunctionTable
 from tensortools.dispatch.tensor_like import INPLACE_OPERATORS
+from tensortools.types.scalar.common import small_matrix
 from tensortools.types.scalar.tensor import ScalarTensor, densify
 
-__all__ = ["fallback", "written_scalar_tensors"]
+__all__ = ["fallback", "python_torch_function", "write_without_dense", "written_scalar_tensors"]
 
 
 def written_scalar_tensors(func: Callable, args: tuple, kwargs: dict) -> list:
@@ -38,8 +42,9 @@ def _is_value_eye(dense: Tensor) -> bool:
     return bool(same.all()) and int(off) == 0
 
 
-def _check_holdable(target: ScalarTensor, pair: Tensor, name: str) -> None:
+def _check_holdable(target: ScalarTensor, pair: Tensor, func: Callable) -> None:
     """Refuse a pair [value, off-diagonal entry] that target cannot take in."""
+    name = _Name(func)  # (resolved only for a message: torch's lookup costs more than a call)
     if pair.requires_grad:
         raise CannotHoldResult(
             f"{name}: a ScalarTensor holds a number and cannot require "
@@ -59,16 +64,24 @@ def _check_holdable(target: ScalarTensor, pair: Tensor, name: str) -> None:
         )
 
 
-def _commit(target: ScalarTensor, pair: Tensor, name: str) -> None:
+def _commit(target: ScalarTensor, pair: Tensor, func: Callable) -> None:
     """Give target the pair (in place, so ScalarTensors sharing its pair, as a dense
     matrix's views share its storage, see the change), or refuse."""
-    _check_holdable(target, pair, name)
+    _check_holdable(target, pair, func)
     with torch.no_grad():
         target._pair.copy_(pair)
 
 
-def _name(func: Callable) -> str:
-    return torch.overrides.resolve_name(func) or f"torch.Tensor.{getattr(func, '__name__', func)}"
+class _Name:
+    """A function's name as torch's messages give it, looked up when formatted."""
+
+    def __init__(self, func: Callable) -> None:
+        self.func = func
+
+    def __format__(self, spec: str) -> str:
+        func = self.func
+        name = torch.overrides.resolve_name(func)
+        return name or f"torch.Tensor.{getattr(func, '__name__', func)}"
 
 
 _NO_OPERAND = object()
@@ -88,28 +101,171 @@ def _pair_operand(x: Any, like: ScalarTensor) -> Any:
     return x
 
 
-def _write(func: Callable, args: tuple, kwargs: dict, targets: list) -> Any:
-    name = _name(func)
-    target = args[0] if args and args[0] is targets[-1] else None
-    # (N of 0 or 1 has no off-diagonal entry to read; its dense matrix costs nothing)
-    if (
-        target is not None
-        and target.N >= 2
-        and len(targets) == 1
-        and func in _ELEMENTWISE_INPLACE
-        and "out" not in kwargs
+# -- calls answered without the dense matrix -------------------------------------------
+
+#: The function whose structured answer is being asked for (see _structured_answer): the
+#: fallback declines it, so that the answer is a handler's or none.
+_PROBING: ContextVar = ContextVar("scalar_tensor_probing", default=None)
+
+
+def _structured_answer(cls: type, func: Callable, args: tuple, kwargs: dict) -> Any:
+    """What cls's handlers answer for an out-of-place call, or NotImplemented: never the
+    dense fallback's answer (the call is dispatched as the user's would be, so the
+    handler gets it bound as the table binds calls)."""
+    token = _PROBING.set(func)
+    try:
+        return cls.__torch_function__(func, (cls,), args, kwargs)
+    except CannotHoldResult:
+        raise
+    except TypeError:  # (refused, or arguments the dense call will report)
+        return NotImplemented
+    finally:
+        _PROBING.reset(token)
+
+
+def _flat(args: tuple, kwargs: dict) -> list:
+    """The arguments of a call, with the items of a list or tuple among them (tensor
+    lists): every place a tensor can take part in the calls written here."""
+    found = []
+    for x in (*args, *kwargs.values()):
+        if isinstance(x, (list, tuple)):
+            found.extend(x)
+        else:
+            found.append(x)
+    return found
+
+
+def _replaced(args: tuple, kwargs: dict, new: Callable[[Any], Any]) -> tuple[tuple, dict]:
+    """args and kwargs with each argument (and each item of a list or tuple among them)
+    x replaced by new(x)."""
+
+    def one(x: Any) -> Any:
+        return type(x)(map(new, x)) if type(x) in (list, tuple) else new(x)
+
+    return tuple(map(one, args)), {k: one(v) for k, v in kwargs.items()}
+
+
+def _stand_ins(args: tuple, kwargs: dict, square: bool) -> tuple[tuple, dict]:
+    """args and kwargs with small tensors in place of every tensor, for torch to check a
+    call on (dtypes it may cast to, shapes, out= rules, errors) without the values
+    that cost: each ScalarTensor becomes its dense value * I_k (k = min(N, 2), with the
+    matrix's signed zeros), or, with square=False (a dense operand whose shape matters),
+    every tensor an empty meta tensor of its shape and dtype. The same object becomes the
+    same stand-in, so that aliasing arguments stay aliases."""
+    memo: dict = {}
+
+    def stand_in(x: Any) -> Any:
+        if not isinstance(x, (ScalarTensor, Tensor)) or (square and isinstance(x, Tensor)):
+            return x
+        if id(x) not in memo:
+            if square:
+                memo[id(x)] = small_matrix(x, min(x.N, 2))
+            else:
+                memo[id(x)] = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return memo[id(x)]
+
+    return _replaced(args, kwargs, stand_in)
+
+
+def _write_structured(cls: type, func: Callable, args: tuple, kwargs: dict) -> Any:
+    """An in-place call (or out=) answered from the structured answer of its out-of-place
+    form: what that form gives, cast to the written tensor's dtype, as torch's in-place
+    forms compute. Where the cast, out= or a dense operand's shape could decide, torch
+    first checks the call on stand-ins (_stand_ins), so that its errors (a cast it
+    refuses, a shape, out= rules) are the dense call's. NotImplemented where no handler
+    answers the out-of-place form with a result the written tensor can hold without
+    the dense matrix."""
+    form = out_of_place_form(func, args, kwargs, known=lambda f: cls.handler_for(f) is not None)
+    if form is None:
+        return NotImplemented
+    operands = _flat(args, kwargs)
+    if has_torch_function([x for x in operands if not isinstance(x, ScalarTensor)]):
+        return NotImplemented  # (another type's call: the dense path hands it on)
+    target = form.target
+    if not isinstance(target, ScalarTensor) and (
+        type(target) is not Tensor or (target.requires_grad and torch.is_grad_enabled())
     ):
-        operands = [_pair_operand(a, target) for a in args[1:]]
-        options = {k: _pair_operand(v, target) for k, v in kwargs.items()}
-        if not any(o is _NO_OPERAND for o in (*operands, *options.values())):
-            # An elementwise function changes a diagonal and an off-diagonal entry of the
-            # dense matrix as it changes [value, 0]: the same dtype rules, rounding and
-            # errors, for any N.
-            pair = target._pair.clone()
-            if func(pair, *operands, **options) is NotImplemented:  # an operator declining
+        return NotImplemented  # (autograd records the dense call)
+    result = _structured_answer(cls, form.func, form.args, form.kwargs)
+    if isinstance(target, ScalarTensor):
+        if isinstance(result, ScalarTensor):
+            if result.N != target.N or result.device != target.device:
                 return NotImplemented
-            _commit(target, pair, name)
-            return target
+        elif type(result) is not Tensor or result.shape != target.shape:
+            return NotImplemented
+    elif type(result) is not Tensor:
+        return NotImplemented
+    dense_operands = any(type(x) is Tensor and x.dim() > 0 for x in operands)
+    if dense_operands or "out" in kwargs or result.dtype != target.dtype:
+        if dense_operands and isinstance(target, ScalarTensor) and target.N**2 >= 2**62:
+            return NotImplemented
+        small_args, small_kwargs = _stand_ins(args, kwargs, square=not dense_operands)
+        if func(*small_args, **small_kwargs) is NotImplemented:  # an operator declining
+            return NotImplemented
+    if not isinstance(target, ScalarTensor):
+        with torch.no_grad():
+            target.copy_(result)
+        return target
+    if isinstance(result, ScalarTensor):  # (a structured answer: 0 off the diagonal)
+        with torch.no_grad():
+            target._pair.copy_(result._pair)
+        return target
+    # a dense answer (d += t): held where it is value * I
+    _commit(target, _dense_pair(result.to(target.dtype), target, func), func)
+    return target
+
+
+def _dense_pair(dense: Tensor, target: ScalarTensor, func: Callable) -> Tensor:
+    """The pair [value, off-diagonal entry] of a dense N×N result that target is to hold;
+    CannotHoldResult where it is not value * I."""
+    n = target.N
+    if dense.shape != (n, n) or not _is_value_eye(dense):
+        raise CannotHoldResult(
+            f"{_Name(func)}: the result (shape {tuple(dense.shape)}) is not "
+            f"value * I_{n}, so a ScalarTensor cannot hold it; use "
+            "the out-of-place call, which returns the dense result"
+        )
+    if n >= 2:  # the diagonal value and an off-diagonal entry (zero, perhaps -0.0)
+        return dense[:2, :2].flatten()[[0, 1]]
+    value = dense.reshape(-1)[:1] if n else target._pair[:1].to(dense.dtype)
+    return torch.cat([value, torch.zeros_like(value)])
+
+
+def _write_pairwise(func: Callable, args: tuple, kwargs: dict, target: ScalarTensor) -> Any:
+    """An elementwise in-place function applied to target's pair [value, 0]: it changes a
+    diagonal and an off-diagonal entry of the dense matrix as it changes the pair, with
+    the same dtype rules, rounding and errors, for any N. NotImplemented where it does not
+    apply (N of 0 or 1 has no off-diagonal entry to read; its dense matrix costs
+    nothing)."""
+    if target.N < 2 or func not in _ELEMENTWISE_INPLACE or "out" in kwargs:
+        return NotImplemented
+    first = args[0] if args else next(iter(kwargs.values()), None)
+    if first is not target:
+        return NotImplemented
+    pair = target._pair.clone()
+    operands = _replaced(args, kwargs, lambda x: pair if x is target else _pair_operand(x, target))
+    if any(o is _NO_OPERAND for o in _flat(*operands)):
+        return NotImplemented
+    if func(*operands[0], **operands[1]) is NotImplemented:  # an operator declining
+        return NotImplemented
+    _commit(target, pair, func)
+    return target
+
+
+def write_without_dense(cls: type, func: Callable, args: tuple, kwargs: dict) -> Any:
+    """A call that writes one tensor (in place, out=), answered without the dense matrix
+    of any ScalarTensor: from the structured answer of its out-of-place form, or, for an
+    elementwise in-place function, on the pair; NotImplemented where only the dense call
+    can answer it. Raises CannotHoldResult where the result is not value * I."""
+    done = _write_structured(cls, func, args, kwargs)
+    if done is NotImplemented:
+        targets = written_scalar_tensors(func, args, kwargs)
+        if len(targets) == 1:
+            done = _write_pairwise(func, args, kwargs, targets[0])
+    return done
+
+
+def _write_dense(func: Callable, args: tuple, kwargs: dict, targets: list) -> Any:
     memo: dict = {}
     dense_args, dense_kwargs = densify(args, memo), densify(kwargs, memo)
     result = func(*dense_args, **dense_kwargs)
@@ -117,122 +273,71 @@ def _write(func: Callable, args: tuple, kwargs: dict, targets: list) -> Any:
         return NotImplemented
     pairs = []  # every target is checked before any is changed
     for t in targets:
-        dense = memo[id(t)]
-        if dense.shape != (t.N, t.N) or not _is_value_eye(dense):
-            raise CannotHoldResult(
-                f"{name}: the result (shape {tuple(dense.shape)}) is not "
-                f"value * I_{t.N}, so a ScalarTensor cannot hold it; use "
-                "the out-of-place call, which returns the dense result"
-            )
-        # the diagonal value and an off-diagonal entry (zero, perhaps -0.0)
-        pair = dense[:2, :2].flatten()[[0, 1]] if t.N >= 2 else None
-        if pair is None:
-            value = dense.reshape(-1)[:1] if t.N else t._pair[:1].to(dense.dtype)
-            pair = torch.cat([value, torch.zeros_like(value)])
-        _check_holdable(t, pair, name)
+        pair = _dense_pair(memo[id(t)], t, func)
+        _check_holdable(t, pair, func)
         pairs.append((t, pair))
     for t, pair in pairs:
-        _commit(t, pair, name)
+        _commit(t, pair, func)
     by_id = {id(memo[id(t)]): t for t in targets}
     return torch.utils._pytree.tree_map_only(Tensor, lambda r: by_id.get(id(r), r), result)
 
 
 # In-place elementwise functions: each changes the dense matrix entry by entry, so it
 # changes the diagonal and an off-diagonal entry as it changes the pair [value, 0]
-# (see _write), whatever N is.
+# (see _write_pairwise), whatever N is.
 _ELEMENTWISE_INPLACE = frozenset(
     f
     for name in (
-        "add_",
-        "sub_",
-        "subtract_",
-        "mul_",
-        "multiply_",
-        "div_",
-        "divide_",
-        "true_divide_",
-        "floor_divide_",
-        "remainder_",
-        "fmod_",
-        "pow_",
-        "neg_",
-        "negative_",
-        "abs_",
-        "absolute_",
-        "sign_",
-        "sgn_",
-        "sin_",
-        "sinh_",
-        "tan_",
-        "tanh_",
-        "asin_",
-        "asinh_",
-        "atan_",
-        "atanh_",
-        "arcsin_",
-        "arcsinh_",
-        "arctan_",
-        "arctanh_",
-        "sqrt_",
-        "square_",
-        "trunc_",
-        "fix_",
-        "floor_",
-        "ceil_",
-        "round_",
-        "frac_",
-        "expm1_",
-        "log1p_",
-        "erf_",
-        "erfinv_",
-        "deg2rad_",
-        "rad2deg_",
-        "nan_to_num_",
-        "clamp_",
-        "clamp_min_",
-        "clamp_max_",
-        "clip_",
-        "relu_",
-        "exp_",
-        "exp2_",
-        "cos_",
-        "cosh_",
-        "sigmoid_",
-        "log_",
-        "log2_",
-        "log10_",
-        "reciprocal_",
-        "rsqrt_",
-        "zero_",
-        "fill_",
-        "copy_",
-        "lerp_",
-        "addcmul_",
-        "addcdiv_",
-        "logical_not_",
-        "bitwise_not_",
-        "bitwise_and_",
-        "bitwise_or_",
-        "bitwise_xor_",
-        "hypot_",
-        "atan2_",
-        "copysign_",
-        "xlogy_",
-        *INPLACE_OPERATORS,
-    )
+        "add_ sub_ subtract_ mul_ multiply_ div_ divide_ true_divide_ floor_divide_ "
+        "remainder_ fmod_ pow_ neg_ negative_ abs_ absolute_ sign_ sgn_ sin_ sinh_ tan_ tanh_ "
+        "asin_ asinh_ atan_ atanh_ arcsin_ arcsinh_ arctan_ arctanh_ sqrt_ square_ trunc_ "
+        "fix_ floor_ ceil_ round_ frac_ expm1_ log1p_ erf_ erfinv_ deg2rad_ rad2deg_ "
+        "nan_to_num_ clamp_ clamp_min_ clamp_max_ clip_ relu_ exp_ exp2_ cos_ cosh_ sigmoid_ "
+        "log_ log2_ log10_ reciprocal_ rsqrt_ zero_ fill_ copy_ lerp_ addcmul_ addcdiv_ "
+        "logical_not_ bitwise_not_ bitwise_and_ bitwise_or_ bitwise_xor_ hypot_ atan2_ "
+        "copysign_ xlogy_"
+    ).split()
+    + sorted(INPLACE_OPERATORS)
     for f in (getattr(Tensor, name, None), getattr(torch, name, None))
     if f is not None
-)
+) | {torch.nn.init.constant_, torch.nn.init.zeros_, torch.nn.init.ones_}
 
 
 def fallback(cls: type, func: Callable, types: tuple, args: tuple, kwargs: dict) -> Any:
     """ScalarTensor's fallback: run ``func`` with every ScalarTensor replaced by its dense
     matrix; a call that changes a ScalarTensor in place (or writes into one with ``out=``)
-    changes it as it changes the dense matrix, or raises :class:`CannotHoldResult`."""
-    targets = written_scalar_tensors(func, args, kwargs)
+    changes it as it changes the dense matrix, or raises :class:`CannotHoldResult`. A
+    call that writes can often do without the dense matrix (write_without_dense): that
+    comes first."""
+    if _PROBING.get() is func:
+        return NotImplemented
+    written = written_arguments(func, args, kwargs)
+    if written:
+        done = write_without_dense(cls, func, args, kwargs)
+        if done is not NotImplemented:
+            return done
+    targets = [o for o in written if isinstance(o, ScalarTensor)]
     if targets:
-        return _write(func, args, kwargs, targets)
+        return _write_dense(func, args, kwargs, targets)
     return func(*densify(args, {}), **densify(kwargs, {}))
 
 
+_table_torch_function = TorchFunctionTable.__dict__["__torch_function__"].__func__
+
+
+def python_torch_function(cls: type, func: Callable, types: tuple, args=(), kwargs=None) -> Any:
+    """ScalarTensor's __torch_function__ in Python: the table's, and, under the "strict"
+    policy, the writes that need no dense matrix. Strict refuses what would form the
+    dense matrix; a call that writes a ScalarTensor (d.mul_(2), d += e, out=d) or writes a
+    plain tensor with a ScalarTensor's help (t += d) forms none when its out-of-place form
+    has a structured answer, or when it is elementwise."""
+    result = _table_torch_function(cls, func, types, args, kwargs)
+    if result is NotImplemented and _PROBING.get() is not func and cls.policy == "strict":
+        kwargs = kwargs or {}
+        if written_arguments(func, args, kwargs):
+            return write_without_dense(cls, func, args, kwargs)
+    return result
+
+
 ScalarTensor.fallback = classmethod(fallback)
+ScalarTensor._python_torch_function = classmethod(python_torch_function)

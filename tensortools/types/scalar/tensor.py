@@ -72,7 +72,8 @@ class ScalarTensor(TensorLike):
     # function of one ScalarTensor alone or with numbers, the whole sum, the Frobenius
     # norm, eigvals, eigvalsh and svdvals without arguments) as their Python handlers do,
     # and hands every other call (and every case it leaves out) to
-    # _python_torch_function, which defines the behaviour. It reads one record per class,
+    # _python_torch_function (the table's, with in_place's rules for calls that write),
+    # which defines the behaviour. It reads one record per class,
     # _fast (a FastRecord); _fast_handlers (func -> (handler, code), filled by fast_path)
     # says which handler object each code mirrors, and _on_table_change recomputes the
     # record whenever the table changes.
@@ -207,6 +208,25 @@ class ScalarTensor(TensorLike):
 
     def __repr__(self) -> str:
         return f"ScalarTensor(N={self.N}, value={self.value!r})"
+
+    def __getstate__(self) -> dict:
+        # A view's pair (d.real of a complex d: every second number of the complex pair;
+        # a conjugate or negative view) is saved as the two numbers it shows, which is
+        # what loading checks for. A pair of its own is saved as it is, so ScalarTensors
+        # sharing it (d and d.t()) still share it after a round trip.
+        state = dict(self.__dict__)
+        pair = state.get("_pair")
+        if isinstance(pair, Tensor) and not (
+            pair.is_contiguous()
+            and not pair.is_conj()
+            and not pair.is_neg()
+            and pair.storage_offset() == 0
+            and pair.untyped_storage().nbytes() == pair.numel() * pair.element_size()
+        ):
+            state["_pair"] = (
+                pair.resolve_conj().resolve_neg().clone(memory_format=torch.contiguous_format)
+            )
+        return state
 
     def __setstate__(self, state: Any) -> None:
         # Unpickling (pickle, copy, torch.load also with weights_only=True) hands over
