@@ -13,6 +13,7 @@ from torch import Tensor
 from torch.overrides import _is_torch_function_mode_enabled
 
 from tensortools._settings import OVERRIDES, ClassSetting
+from tensortools.dispatch.binding import HandlerShape, bind
 
 __all__ = ["POLICIES", "TorchFunctionTable", "aliases_of"]
 
@@ -97,6 +98,10 @@ class TorchFunctionTable:
     # that __torch_function__ reads; the view is rebuilt on every registration.
     _own_handlers: ClassVar[dict[Callable, Callable]] = {}
     _handlers: ClassVar[dict[Callable, Callable]] = {}
+    # func -> (handler, how many positional arguments it takes, its HandlerShape): what
+    # __torch_function__ reads, so that a call whose arguments the handler takes as they
+    # are costs one lookup (tensortools.dispatch.binding binds the others)
+    _calls: ClassVar[dict[Callable, tuple]] = {}
     _registry_lock: ClassVar[threading.RLock] = threading.RLock()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -113,6 +118,11 @@ class TorchFunctionTable:
         merged: dict[Callable, Callable] = {}
         for klass in reversed(cls.__mro__):
             merged.update(klass.__dict__.get("_own_handlers", {}))
+        calls = {}
+        for func, handler in merged.items():
+            shape = _shape_of(handler)
+            calls[func] = (handler, float("inf") if shape is None else shape.most_positional, shape)
+        cls._calls = calls
         cls._handlers = merged  # replaced whole, so readers never see a half-built table
         cls._on_table_change()
         for sub in cls.__subclasses__():
@@ -134,8 +144,15 @@ class TorchFunctionTable:
     def implements(cls, *funcs: Callable, aliases: bool = True) -> Callable[[Callable], Callable]:
         """Decorator: register the handler for ``funcs`` (and their aliases) on ``cls``.
 
-        The handler is called with the call's own arguments; it may return
-        ``NotImplemented`` to leave a call to the policy.
+        The handler is called with the call bound to the torch function's own signature
+        (:mod:`tensortools.dispatch.binding`): what torch takes in position ``i`` reaches
+        the handler's ``i``-th parameter, whether the caller passed it by position, by
+        torch's name or by a NumPy-style alias (``torch.linalg.det(A=d)``,
+        ``vector_norm(x=d)``, ``sum(d, axis=0)``); keyword-only arguments (``out``,
+        ``dtype``, ``alpha``) arrive by torch's name. A call the handler's signature
+        cannot take (an older overload such as ``torch.add(d, 2, t)``, a keyword it does
+        not declare) goes to the policy, as does a call for which it returns
+        ``NotImplemented``.
         """
         if not funcs:
             raise TypeError(f"{cls.__name__}.implements() needs at least one function")
@@ -210,16 +227,34 @@ class TorchFunctionTable:
                 result = observer.__torch_function__(func, types, args, kwargs)
                 if result is not NotImplemented:
                     return result
-        handler = cls._handlers.get(func)
-        if handler is not None:
-            result = handler(*args, **kwargs)
-            if result is not NotImplemented:
-                return result
+        call = cls._calls.get(func)
+        if call is not None:
+            handler, most_positional, shape = call
+            if kwargs or len(args) > most_positional:
+                bound = bind(func, shape, args, kwargs) if shape is not None else (args, kwargs)
+            else:
+                bound = args, kwargs
+            if bound is not None:
+                result = handler(*bound[0], **bound[1])
+                if result is not NotImplemented:
+                    return result
         # (cls.policy, read without the descriptor's call when no thread overrides it)
         policy = cls._global_policy if OVERRIDES.get() is None else _POLICY.value_for(cls)
         if policy == "strict":
             return NotImplemented
         return cls.fallback(func, types, args, kwargs)
+
+
+_SHAPES: dict[Callable, HandlerShape | None] = {}
+
+
+def _shape_of(handler: Callable) -> HandlerShape | None:
+    try:
+        return _SHAPES[handler]
+    except KeyError:
+        return _SHAPES.setdefault(handler, HandlerShape.of(handler))
+    except TypeError:  # (an unhashable callable)
+        return HandlerShape.of(handler)
 
 
 def _check_policy(cls: type, policy: Any) -> None:

@@ -22,6 +22,7 @@ from torch import Tensor
 from tensortools.coverage.spec import spec_for
 from tensortools.testing.aliases import check_aliases
 from tensortools.testing.autograd import check_autograd
+from tensortools.testing.binding import check_binding
 from tensortools.testing.compiled import check_compile
 from tensortools.testing.report import Failure, TypeCheckError, TypeCheckReport
 from tensortools.testing.run import Run
@@ -42,7 +43,16 @@ __all__ = [
 ]
 
 #: Every check, in the order they run.
-CHECKS = ("values", "types", "aliases", "autograd", "serialization", "threads", "compile")
+CHECKS = (
+    "values",
+    "types",
+    "aliases",
+    "binding",
+    "autograd",
+    "serialization",
+    "threads",
+    "compile",
+)
 
 Make = Callable[[Tensor], Any]
 Settings = Mapping[str, tuple[Callable[[], AbstractContextManager], Callable[[], Any]]]
@@ -81,6 +91,9 @@ def check_type(
       tolerance); the in-place form has the same effect;
     - ``types``: results follow the type's rules (`rule`);
     - ``aliases``: method, operator and reflected-operator forms agree with the function;
+    - ``binding``: the function and method forms with their positional arguments passed
+      by torch's names (``torch.linalg.det(A=x)``, ``x.sum(dim=0)``) and by the NumPy
+      aliases torch accepts (``axis=``, ``keepdims=``) agree with the positional call;
     - ``autograd``: the input's gradient equals the plain one; ``torch.autograd.gradcheck``
       (fast mode) in float64 on the first `gradcheck_samples` samples of each function (for a
       ``(make, densify)`` type the gradients are of different tensors: not compared);
@@ -139,6 +152,7 @@ def check_type(
                 "values" in checks or "types" in checks,
             ),
             ("aliases", lambda: check_aliases(run, s), "aliases" in checks),
+            ("binding", lambda: check_binding(run, s), "binding" in checks),
             (
                 "autograd",
                 lambda: check_autograd(run, s, gradcheck=k < gradcheck_samples),

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from tensortools.dispatch.binding import argument
 from tensortools.types.metadata_tensor import BATCH_RULES, MetadataTensor, metadata_of
 
 __all__ = ["check_batch", "collate", "decollate"]
@@ -109,15 +110,6 @@ def _give(result: Any, metadata: dict, size: int, selection: Selection) -> None:
 
 
 # -- which samples a call takes -------------------------------------------------------
-
-
-def _argument(args: tuple, kwargs: dict, position: int, names: tuple, default: Any) -> Any:
-    if len(args) > position:
-        return args[position]
-    for name in names:
-        if name in kwargs:
-            return kwargs[name]
-    return default
 
 
 def _is_dim0(dim: Any, ndim: int) -> bool:
@@ -236,13 +228,11 @@ def _split_selections(func, args, kwargs, results, size) -> list[Selection] | No
     """The samples each piece of a split along dim 0 takes (None: the split is not along
     dim 0)."""
     name = getattr(func, "__name__", "")
-    ndim = len(_shape(_batch_argument(args, kwargs)))
-    if not _is_dim0(_argument(args, kwargs, 2, ("dim",), 0), ndim):
+    ndim = len(_shape(_batch_argument(func, args, kwargs)))
+    if not _is_dim0(argument(func, args, kwargs, 2, 0), ndim):
         return None
     if name == "tensor_split":
-        indices = _argument(
-            args, kwargs, 1, ("indices", "tensor_indices_or_sections", "sections"), None
-        )
+        indices = argument(func, args, kwargs, 1, None)
         if isinstance(indices, Tensor) and indices.dim() == 1:
             indices = indices.tolist()
         if isinstance(indices, (list, tuple)):
@@ -263,8 +253,8 @@ def _plain_fallback(cls, func, types, args, kwargs):
     return super(MetadataTensor, cls).fallback(func, types, args, kwargs)
 
 
-def _batch_argument(args, kwargs) -> Any:
-    return _argument(args, kwargs, 0, ("input", "self", "tensor"), None)
+def _batch_argument(func, args, kwargs) -> Any:
+    return argument(func, args, kwargs, 0)
 
 
 def _checked(batch: Any, what: str = "batch") -> tuple[dict, int] | None:
@@ -283,7 +273,7 @@ def _getitem(cls, func, types, args, kwargs):
     if found is None:
         return NotImplemented
     metadata, size = found
-    index = _argument(args, kwargs, 1, ("idx", "indices"), None)
+    index = argument(func, args, kwargs, 1, None)
     if all(issubclass(t, MetadataTensor) for t in types) and not kwargs:
         # (the common case, without the fallback's walks over the arguments and results:
         # indexing writes nothing and returns one new view)
@@ -306,7 +296,7 @@ def _taking_apart(pick: Callable) -> Callable:
     samples it holds (empty where the call leaves dim 0 whole)."""
 
     def rule(cls, func, types, args, kwargs):
-        batch = _batch_argument(args, kwargs)
+        batch = _batch_argument(func, args, kwargs)
         found = _checked(batch)
         if found is None:
             return NotImplemented
@@ -323,32 +313,32 @@ def _taking_apart(pick: Callable) -> Callable:
 def _pieces(func, args, kwargs, out, size, ndim):
     """unbind, split, chunk, tensor_split along dim 0: each piece its samples."""
     if getattr(func, "__name__", "") == "unbind":
-        dim = _argument(args, kwargs, 1, ("dim",), 0)
+        dim = argument(func, args, kwargs, 1, 0)
         return list(zip(out, range(len(out)))) if _is_dim0(dim, ndim) else []
     return list(zip(out, _split_selections(func, args, kwargs, out, size) or []))
 
 
 @_taking_apart
 def _select_rule(func, args, kwargs, out, size, ndim):
-    if not _is_dim0(_argument(args, kwargs, 1, ("dim",), None), ndim):
+    if not _is_dim0(argument(func, args, kwargs, 1, None), ndim):
         return []
-    return [(out, operator.index(_argument(args, kwargs, 2, ("index",), 0)) % size)]
+    return [(out, operator.index(argument(func, args, kwargs, 2, 0)) % size)]
 
 
 @_taking_apart
 def _narrow(func, args, kwargs, out, size, ndim):
-    if not _is_dim0(_argument(args, kwargs, 1, ("dim",), None), ndim):
+    if not _is_dim0(argument(func, args, kwargs, 1, None), ndim):
         return []
-    start = operator.index(_argument(args, kwargs, 2, ("start",), 0)) % max(size, 1)
-    length = operator.index(_argument(args, kwargs, 3, ("length",), 0))
+    start = operator.index(argument(func, args, kwargs, 2, 0)) % max(size, 1)
+    length = operator.index(argument(func, args, kwargs, 3, 0))
     return [(out, slice(start, start + length))]
 
 
 @_taking_apart
 def _index_select(func, args, kwargs, out, size, ndim):
-    if not _is_dim0(_argument(args, kwargs, 1, ("dim",), None), ndim):
+    if not _is_dim0(argument(func, args, kwargs, 1, None), ndim):
         return []
-    index = _argument(args, kwargs, 2, ("index",), None)
+    index = argument(func, args, kwargs, 2, None)
     return [(out, [i % size for i in index.reshape(-1).tolist()])]
 
 
@@ -389,13 +379,15 @@ for _func in (torch.norm, Tensor.norm, torch.linalg.vector_norm, torch.linalg.no
 def _reduction(cls, func, types, args, kwargs):
     """A reduction over dim 0 (or over every dim) mixes the samples: its result is not a
     batch, and keeps the batch's metadata (one entry per sample) as it is."""
-    batch = _batch_argument(args, kwargs)
+    batch = _batch_argument(func, args, kwargs)
     if batch_size_of(batch) is None:
         return NotImplemented
     default = -1 if getattr(func, "__name__", "") == "mode" else None
-    dim = _argument(args, kwargs, _REDUCTIONS[func], ("dim", "axis"), default)
+    dim = argument(func, args, kwargs, _REDUCTIONS[func], default)
     if isinstance(dim, Tensor):  # torch.max(a, b) and the like: elementwise
         return NotImplemented
+    if isinstance(dim, bool):  # (std(b, True), var(b, False): `unbiased`, every dim)
+        dim = None
     out = _plain_fallback(cls, func, types, args, kwargs)
     dims = dim if isinstance(dim, (list, tuple)) else [dim]
     if dim is None or any(_is_dim0(d, len(_shape(batch))) for d in dims):
@@ -408,8 +400,8 @@ def _reduction(cls, func, types, args, kwargs):
 def _cat(cls, func, types, args, kwargs):
     """torch.cat of batches along dim 0: the joined batch. A batch joined with anything
     that is not one is refused; along other dims the merge policy applies."""
-    tensors = list(_argument(args, kwargs, 0, ("tensors",), ()))
-    dim = _argument(args, kwargs, 1, ("dim", "axis"), 0)
+    tensors = list(argument(func, args, kwargs, 0, ()))
+    dim = argument(func, args, kwargs, 1, 0)
     if (
         kwargs.get("out") is not None
         or not tensors

@@ -1,0 +1,271 @@
+"""tensortools.dispatch.binding: handlers receive calls as torch binds them (keywords by
+torch's names and NumPy aliases, older overloads left to the policy), for every handled
+function of every type and for a user's type."""
+
+import warnings
+
+import pytest
+import torch
+
+from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, testing
+from tensortools.dispatch import TensorWrapper, TorchFunctionTable
+from tensortools.dispatch.binding import HandlerShape, torch_positions
+
+pytest.importorskip("expecttest")  # (op_db needs it)
+from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
+
+TYPES = (ScalarTensor, MetadataTensor, LoggingTensor)
+_REFUSED = "no implementation found|returned NotImplemented"  # (torch's TypeError)
+
+
+def _reached(cls):
+    """The op_db names whose function, method or one of whose aliases cls handles, and
+    the stand-in OpInfos of the aliases op_db has no entry of its own for."""
+    handled = set(cls._handlers)
+    names, alias_infos = set(), []
+    for info in op_db:
+        if info.op in handled or (info.method_variant in handled):
+            names.add(info.name)
+        for alias in info.aliases:
+            if alias.op in handled or alias.method_variant in handled:
+                alias_infos.append((alias, info))
+    return sorted(names), alias_infos
+
+
+def _check(cls, **options):
+    opts = testing.options_from_coverage_hooks(cls)
+    return testing.check_type(
+        cls,
+        opts["make"],
+        rule=opts["rule"],
+        checks=["binding"],
+        dtypes=(torch.float32, torch.float64),
+        max_samples=3,
+        raise_on_failure=False,
+        **options,
+    )
+
+
+def test_every_handled_function_takes_torch_keywords():
+    """Each positional parameter passed by torch's name (and by the NumPy aliases torch
+    accepts), in the function and method forms, against the positional call, for every
+    function of ScalarTensor's table that op_db has samples of. (LoggingTensor has no
+    handlers; MetadataTensor's stack and batch rules have the tests below.)"""
+    names, _ = _reached(ScalarTensor)
+    assert len(names) >= 100
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = _check(ScalarTensor, ops=names)
+    binding = [f for f in report.failures if f.check == "binding"]
+    assert not binding, "\n".join(map(str, binding))
+    assert report.samples >= 200
+
+
+def test_metadata_stack_by_keyword():
+    a = MetadataTensor(torch.arange(6.0).reshape(2, 3), metadata={"k": 1})
+    b = MetadataTensor(torch.ones(2, 3), metadata={"k": 1})
+    want = torch.stack([a, b], 1)
+    for got in (torch.stack(tensors=[a, b], dim=1), torch.stack([a, b], axis=1)):
+        assert type(got) is MetadataTensor and got.metadata == want.metadata
+        torch.testing.assert_close(got.as_subclass(torch.Tensor), want.as_subclass(torch.Tensor))
+
+
+def test_batch_rules_read_torch_keywords():
+    """A MetadataTensor batch taken apart or reduced with keywords (``torch.select(b,
+    dim=0, index=1)``, ``b.sum(axis=0)``) gives each piece its samples' metadata, as the
+    positional call does."""
+    from tensortools.types.metadata_tensor import BATCH_RULES
+
+    def make(t):
+        if t.dim() == 0 or t.shape[0] == 0:
+            return None
+        rows = t.shape[0]
+        return MetadataTensor.wrap_batch(t, {"id": list(range(rows))}, rows)
+
+    names = sorted(
+        {i.name for i in op_db if i.op in BATCH_RULES or i.method_variant in BATCH_RULES}
+    )
+    assert len(names) >= 10
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = testing.check_type(
+            MetadataTensor,
+            make,
+            checks=["binding"],
+            ops=names,
+            max_samples=4,
+            raise_on_failure=False,
+        )
+    binding = [f for f in report.failures if f.check == "binding"]
+    assert not binding, "\n".join(map(str, binding))
+    assert report.samples >= 30
+
+
+def test_aliases_op_db_reaches_only_through_their_entry():
+    """ScalarTensor handles torch's aliases (arcsin, absolute, det, clip, ...): each runs
+    the entry's samples under its own name."""
+    from tensortools.testing.binding import check_binding
+    from tensortools.testing.run import Run
+    from tensortools.testing.samples import Sample
+
+    _, alias_infos = _reached(ScalarTensor)
+    assert len(alias_infos) >= 10
+    opts = testing.options_from_coverage_hooks(ScalarTensor)
+    run = Run(ScalarTensor, opts["make"], lambda x: x.tensor(), None, opts["rule"], None, ())
+    ran = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for alias, info in alias_infos:
+            stand_in = type("AliasInfo", (), {})()
+            stand_in.op, stand_in.method_variant = alias.op, alias.method_variant
+            for i, s in enumerate(info.sample_inputs("cpu", torch.float64)):
+                if i >= 3:
+                    break
+                sample = Sample(alias.name, stand_in, i, s.input, tuple(s.args), dict(s.kwargs))
+                if run.typed(sample) is not None:
+                    check_binding(run, sample)
+                    ran += 1
+    assert ran > 0
+    assert not run.failures, "\n".join(map(str, run.failures))
+
+
+def test_handlers_take_no_more_positional_arguments_than_torch():
+    """A call with more positional arguments than a handler takes is another overload of
+    torch's (torch.add(d, 2, t)) and goes to the policy; that holds only while no handler
+    takes more positional arguments than torch's own overloads do."""
+    checked = 0
+    for cls in TYPES:
+        for func, handler in cls._own_handlers.items():
+            positions = torch_positions(func)
+            shape = HandlerShape.of(handler)
+            if not positions.index or shape is None or shape.more_positional:
+                continue
+            most = max(positions.index.values()) + 1
+            assert len(shape.positional) <= most, (cls.__name__, func, shape.positional)
+            checked += 1
+    assert checked > 50
+
+
+# torch's older overloads that it still accepts: a number before the tensor operand
+# (alpha, value), as deprecated.yaml lists them for the functions ScalarTensor handles.
+def _older_overloads(d, t):
+    yield "torch.add(d, 2, t)", lambda x: torch.add(x, 2, t)
+    yield "torch.sub(d, 0.5, t)", lambda x: torch.sub(x, 0.5, t)
+    yield "d.add(3, t)", lambda x: x.add(3, t)
+    yield "d.sub(0.5, t)", lambda x: x.sub(0.5, t)
+    yield "d.add(3, 2)", lambda x: x.add(3, 2)
+    yield "d.sub(3, 2)", lambda x: x.sub(3, 2)
+    yield "torch.add(d, 2, d)", lambda x: torch.add(x, 2, x)
+    yield "torch.addcmul(t, 2, d, d)", lambda x: torch.addcmul(t, 2, x, x)
+
+
+@pytest.mark.parametrize("policy", ["fallback", "strict"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64])
+def test_older_overloads_go_to_the_policy(policy, dtype):
+    d = ScalarTensor(3, 1.5, dtype=dtype)
+    t = torch.arange(9).to(dtype).reshape(3, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for label, call in _older_overloads(d, t):
+            want = call(d.tensor())
+            with ScalarTensor.using_policy(policy):
+                if policy == "fallback":
+                    got = call(d)
+                    got = got.tensor() if isinstance(got, ScalarTensor) else got
+                    torch.testing.assert_close(got, want, msg=label)
+                else:  # torch's TypeError naming the function, never a handler's own
+                    with pytest.raises(TypeError, match=_REFUSED):
+                        call(d)
+
+
+# -- a user's type --------------------------------------------------------------------
+
+
+def _plain(x):
+    return x.as_subclass(torch.Tensor) if isinstance(x, torch.Tensor) else x
+
+
+class Units(TensorWrapper):
+    """A user's wrapper whose handlers name their parameters their own way."""
+
+
+@Units.implements(torch.linalg.vector_norm)
+def _norm(values, order=2, axes=None, keep=False, *, dtype=None):
+    plain = values.as_subclass(torch.Tensor)
+    return Units._make(torch.linalg.vector_norm(plain, order, axes, keep, dtype=dtype))
+
+
+@Units.implements(torch.transpose)
+def _swap(values, first, second):
+    return Units._make(values.as_subclass(torch.Tensor).transpose(first, second))
+
+
+@Units.implements(torch.add)
+def _plus(left, right, *, alpha=1):
+    plain = [
+        x.as_subclass(torch.Tensor) if isinstance(x, torch.Tensor) else x for x in (left, right)
+    ]
+    return Units._make(torch.add(*plain, alpha=alpha))
+
+
+def test_a_users_handlers_get_torch_keywords():
+    t = torch.arange(12.0).reshape(3, 4)
+    u = Units._make(t)
+    cases = [
+        (lambda x: torch.linalg.vector_norm(x=x, ord=1, dim=1, keepdim=True), "x=, ord=, dim="),
+        (lambda x: torch.linalg.vector_norm(x, dim=0), "a gap before dim"),
+        (lambda x: torch.linalg.vector_norm(x, axis=0, keepdims=True), "NumPy aliases"),
+        (lambda x: torch.transpose(input=x, dim0=0, dim1=1), "all by name"),
+        (lambda x: x.transpose(dim1=0, dim0=1), "method, names swapped"),
+        (lambda x: torch.add(input=x, other=x, alpha=2), "add by name"),
+        (lambda x: torch.add(x, 2, x), "an older overload: the fallback"),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for call, label in cases:
+            got, want = call(u), call(t)
+            assert type(got) is Units, label
+            torch.testing.assert_close(got.as_subclass(torch.Tensor), want, msg=label)
+
+
+def test_a_call_the_handler_cannot_take_never_reaches_it():
+    calls = []
+
+    class Strict(TorchFunctionTable):
+        policy = "strict"
+
+    @Strict.implements(torch.linalg.det)
+    def _det(m):
+        calls.append(m)
+        return "handled"
+
+    s = Strict()
+    assert torch.linalg.det(A=s) == "handled"
+    with pytest.raises(TypeError, match=_REFUSED):
+        torch.linalg.det(s, out=torch.empty(()))  # (the handler takes no out=)
+    assert len(calls) == 1
+
+
+class Naive(torch.Tensor):
+    """A subclass whose own __torch_function__ drops keyword names (a broken type)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is torch.linalg.vector_norm:
+            values = args[0] if args else kwargs.pop("input")
+            out = torch.linalg.vector_norm(values.as_subclass(torch.Tensor), *args[1:])
+            return out.as_subclass(cls)
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def test_the_kit_finds_a_type_that_drops_keywords():
+    report = testing.check_type(
+        Naive,
+        lambda t: t.as_subclass(Naive),
+        checks=["binding"],
+        ops=["linalg.vector_norm"],
+        raise_on_failure=False,
+    )
+    failing = {(f.check, f.function) for f in report.failures}
+    assert failing == {("binding", "linalg.vector_norm")}
