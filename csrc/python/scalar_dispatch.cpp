@@ -6,8 +6,9 @@
 //      or None and passed by keyword, as torch's functional forms pass them)
 //      an elementwise function of one ScalarTensor, with no other arguments than numbers,
 //      None and False (torch.abs(d), torch.sin(d), d.relu(), F.relu(d), which passes
-//      inplace=False, -d, d > 0, torch.clamp(d, -1, 1), d ** 2): the function on the pair
-//      [value, 0], structured when the second entry stays 0 (scalar/elementwise.py);
+//      inplace=False, -d, d > 0, torch.clamp(d, -1, 1), d ** 2): the function on the probe
+//      (the pair [value, 0] repeated, see probe_of), structured when torch's vector and
+//      scalar loops agree on it and the off-diagonal entry stays 0 (scalar/elementwise.py);
 //   SUM  the whole matrix's sum, torch.sum(d) / d.sum();
 //   FROBENIUS  its Frobenius norm, torch.linalg.norm(d) / d.norm() and vector_norm /
 //      matrix_norm without arguments (torch.norm(d) passes its defaults by keyword, and
@@ -15,9 +16,10 @@
 //   EIGVALS, EIGVALSH, SVDVALS  torch.linalg.eigvals(d), eigvalsh(d), svdvals(d) without
 //      further arguments: N copies of a number.
 // The arithmetic of SUM, FROBENIUS and the eigenvalues, and the range rules the Python
-// handlers share (in_range, number_passes, lapack_safe), are defined here once and
-// exported to Python (scalar_whole_sum, scalar_frobenius, scalar_repeated,
-// scalar_in_range, scalar_number_passes, scalar_lapack_safe): the Python handlers call
+// handlers share (probe_of, probed_pair, in_range, number_passes, lapack_safe), are
+// defined here once and exported to Python (scalar_probe, scalar_probed_pair,
+// scalar_whole_sum, scalar_frobenius, scalar_repeated, scalar_in_range,
+// scalar_number_passes, scalar_lapack_safe): the Python handlers call
 // them for every device, this path for CPU pairs. Every other call, and every case these
 // leave out (other arguments, N <= 1 or beyond int64, a device other than the CPU, a
 // result whose off-diagonal entry is not 0, any error), goes to the class's Python path
@@ -47,6 +49,7 @@
 #include <cmath>
 #include <complex>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -239,37 +242,102 @@ struct Count {
 
 Count count(int64_t n) { return {static_cast<uint64_t>(n), static_cast<double>(n), n == 0}; }
 
-// Code 1 (scalar_elementwise's handler): func on the pair, with the call's further
+// The probe an elementwise function runs on in place of the pair: the pair repeated
+// kProbeCopies times. torch's CPU loops compute blocks of 2 * (vector width) entries with
+// vector instructions and the rest one by one, and the two can differ (remainder where
+// value / divisor overflows is NaN in one and a number in the other; sinh in the last
+// bit), so where the dense matrix's diagonal lands decides its entries. kProbeCopies * 2
+// exceeds every multiple of 2 * (vector width) up to 128 by 2: the probe's first pair is
+// computed by the vector loop and its last by the scalar one, on every CPU torch builds
+// for.
+constexpr int64_t kProbeCopies = 65;
+
+at::Tensor probe_of(const at::Tensor& pair) {
+  if (!pair.is_cpu() || pair.dim() != 1 || pair.size(0) != 2 || pair.is_conj() || pair.is_neg()) {
+    return pair.expand({kProbeCopies, 2}).contiguous().view({2 * kProbeCopies});
+  }
+  // (written directly: repeat and copy cost more than the function called on the probe)
+  const at::Tensor source = pair.contiguous();
+  at::Tensor probe = at::empty({2 * kProbeCopies}, pair.options());
+  const auto size = static_cast<size_t>(pair.element_size());
+  const auto* from = static_cast<const char*>(source.const_data_ptr());
+  auto* to = static_cast<char*>(probe.mutable_data_ptr());
+  for (int64_t i = 0; i < kProbeCopies; ++i) std::memcpy(to + 2 * i * size, from, 2 * size);
+  return probe;
+}
+
+// The pair of a function's result on the probe, where its answer is value * I for every
+// N whichever loop computes each entry: both loops gave the same bits, and the
+// off-diagonal entry is 0. Undefined otherwise (the dense call answers).
+at::Tensor probed_pair(const at::Tensor& result) {
+  if (result.layout() != at::kStrided || result.dim() != 1 || result.numel() != 2 * kProbeCopies ||
+      result.is_meta()) {
+    return {};
+  }
+  at::Tensor ends = result;  // the first pair and the last, read here on the CPU
+  int64_t last = 2 * kProbeCopies - 2;
+  if (!result.is_cpu() || !result.is_contiguous() || result.is_conj() || result.is_neg()) {
+    ends = at::cat({result.narrow(0, 0, 2), result.narrow(0, last, 2)})
+               .resolve_conj()
+               .resolve_neg()
+               .to(at::kCPU)
+               .contiguous();
+    last = 2;
+  }
+  const auto size = static_cast<size_t>(ends.element_size());
+  const auto* bytes = static_cast<const char*>(ends.const_data_ptr());
+  std::complex<double> off;
+  int64_t integer = 0;
+  if (std::memcmp(bytes, bytes + last * size, 2 * size) != 0 || !entry(ends, 1, &off, &integer) ||
+      off != std::complex<double>(0.0, 0.0)) {  // (NaN is not 0)
+    return {};
+  }
+  if (!result.is_cpu()) return result.narrow(0, 2 * kProbeCopies - 2, 2).clone();
+  at::Tensor pair = at::empty({2}, result.options());
+  std::memcpy(pair.mutable_data_ptr(), bytes + last * size, 2 * size);
+  return pair;
+}
+
+// Code 1 (scalar_elementwise's handler): func on the probe, with the call's further
 // arguments (each one that `passes`); the ScalarTensor x itself where func returns the
-// pair as it is (x.float() of a float32 x). nullptr without an error set: the Python path.
+// probe as it is (x.float() of a float32 x). nullptr without an error set: the Python path.
 PyObject* elementwise(PyObject* klass, PyObject* func, PyObject* args, PyObject* kwargs,
-                      PyObject* n, PyObject* pair_object, const at::Tensor& pair) {
+                      PyObject* n, const at::Tensor& pair) {
   PyObject* x = PyTuple_GET_ITEM(args, 0);
+  PyObject* probe = THPVariable_Wrap(probe_of(pair));
+  if (probe == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
   PyObject* argv[kMostArguments];
   const Py_ssize_t argc = PyTuple_GET_SIZE(args);
-  argv[0] = pair_object;
+  argv[0] = probe;
   for (Py_ssize_t i = 1; i < argc; ++i) argv[i] = PyTuple_GET_ITEM(args, i);
   PyObject* result = PyObject_VectorcallDict(func, argv, argc, kwargs);
   if (result == nullptr) {
+    Py_DECREF(probe);
     PyErr_Clear();  // (the Python path runs the call again and raises what it raises)
     return nullptr;
   }
-  if (result == pair_object) {
-    Py_DECREF(result);
-    return Py_NewRef(x);
-  }
   PyObject* out = nullptr;
-  if (THPVariable_CheckExact(result)) {
+  if (result == probe) {
+    out = Py_NewRef(x);
+  } else if (THPVariable_CheckExact(result)) {
     const at::Tensor& t = THPVariable_Unpack(result);
-    std::complex<double> off;
-    int64_t integer = 0;
-    if (t.device().is_cpu() && t.layout() == at::kStrided && t.dim() == 1 && t.numel() == 2 &&
-        t.data_ptr() != pair.data_ptr() && entry(t, 1, &off, &integer) &&
-        off == std::complex<double>(0.0, 0.0)) {  // (NaN is not 0)
-      out = make(klass, n, result);
+    if (t.device().is_cpu()) {
+      at::Tensor answer = probed_pair(t);
+      if (answer.defined()) {
+        PyObject* wrapped = THPVariable_Wrap(std::move(answer));
+        if (wrapped != nullptr) {
+          out = make(klass, n, wrapped);
+          Py_DECREF(wrapped);
+        }
+      }
     }
   }
   Py_DECREF(result);
+  Py_DECREF(probe);
+  if (out == nullptr) PyErr_Clear();
   return out;
 }
 
@@ -335,7 +403,7 @@ bool modulus(std::complex<double> v, bool complex, double* out) {
 
 // FROBENIUS (closed_forms' whole-matrix norm): sqrt(N) * |value| in the dtype's real
 // dtype; nullptr without an error set where the dense sum of squares could leave the
-// range (or the pair cannot be read here).
+// range at either end (or the pair cannot be read here).
 PyObject* frobenius(Count n, const at::Tensor& pair) {
   const at::ScalarType dtype = pair.scalar_type();
   std::complex<double> v;
@@ -347,7 +415,11 @@ PyObject* frobenius(Count n, const at::Tensor& pair) {
   }
   const auto options = pair.options().dtype(c10::toRealValueType(dtype));
   if (n.zero || a == 0 || !std::isfinite(a)) return number(n.zero ? 0.0 : a, options);
-  if (!(in_range(a * a, largest, tiny) && in_range(n.real * a * a, largest, tiny))) {
+  // (a square of 0 here underflowed: the dense sum of squares decides between 0 and a
+  // tiny number)
+  const double square = a * a;
+  if (square == 0 ||
+      !(in_range(square, largest, tiny) && in_range(n.real * square, largest, tiny))) {
     return nullptr;
   }
   return number(std::sqrt(n.real) * a, options);
@@ -530,7 +602,7 @@ PyObject* fast(PyObject* record, PyObject* cls, PyObject* func, PyObject* args, 
       try {
         if ((code == kElementwise || code == kFlagged) && size >= 2 &&
             (!further || all_pass(args, kwargs, pair, code == kFlagged))) {
-          out = elementwise(klass, func, args, kwargs, n, pair_object, pair);
+          out = elementwise(klass, func, args, kwargs, n, pair);
         } else if (code == kSum) {
           out = whole_sum(count(size), pair);
         } else if (code == kFrobenius) {
@@ -660,6 +732,17 @@ void add_rules(py::module_& m) {
         return verdict == 1;
       },
       "scalar_number_passes(x, pair): whether a number goes to a function on the pair as it is.");
+  m.def(
+      "scalar_probe", [](const at::Tensor& pair) { return probe_of(pair); },
+      "scalar_probe(pair): the tensor an elementwise function of value * I runs on.");
+  m.def(
+      "scalar_probed_pair",
+      [](const at::Tensor& result) {
+        at::Tensor pair = probed_pair(result);
+        return pair.defined() ? py::cast(pair) : py::object(py::none());
+      },
+      "scalar_probed_pair(result): the pair of a function's result on the probe, or None "
+      "where the dense matrix's entries would depend on N or on the loop computing them.");
   m.def(
       "scalar_lapack_safe",
       [](const at::Tensor& pair, bool usable) { return lapack_safe(pair, usable); },

@@ -13,11 +13,11 @@ from tensortools.types.scalar.common import (
     KERNEL_DTYPES,
     call_kernel,
     finite,
-    pair_in,
     plain_operand,
+    probe,
+    probed_result,
     scale_finite,
     structured,
-    structured_result,
 )
 from tensortools.types.scalar.tensor import ScalarTensor
 
@@ -67,7 +67,7 @@ def _unit(alpha: Any) -> bool:
 @structured(torch.add)
 def _add(input, other, *, alpha=1):
     if _both("add", input, other):
-        return structured_result(input, torch.add(pair_in(input), pair_in(other), alpha=alpha))
+        return probed_result(input, torch.add(probe(input), probe(other), alpha=alpha))
     if _unit(alpha) and isinstance(other, ScalarTensor) and isinstance(input, Tensor):
         return _dense_plus_diagonal(input, other, 1)
     if _unit(alpha) and isinstance(input, ScalarTensor) and isinstance(other, Tensor):
@@ -78,7 +78,7 @@ def _add(input, other, *, alpha=1):
 @structured(torch.sub, torch.subtract)
 def _sub(input, other, *, alpha=1):
     if _both("sub", input, other):
-        return structured_result(input, torch.sub(pair_in(input), pair_in(other), alpha=alpha))
+        return probed_result(input, torch.sub(probe(input), probe(other), alpha=alpha))
     if _unit(alpha) and isinstance(other, ScalarTensor) and isinstance(input, Tensor):
         return _dense_plus_diagonal(input, other, -1)
     return NotImplemented
@@ -87,16 +87,18 @@ def _sub(input, other, *, alpha=1):
 @structured(torch.mul, torch.multiply)
 def _mul(input, other):
     if _both("mul", input, other):
-        return structured_result(input, torch.mul(pair_in(input), pair_in(other)))
+        return probed_result(input, torch.mul(probe(input), probe(other)))
     d, s = (input, other) if isinstance(input, ScalarTensor) else (other, input)
     s = plain_operand(s, d)
     if s is None:
         return NotImplemented
-    # In the order torch multiplies the dense matrix: a 0-d tensor first is rounded to the
-    # matrix's dtype before the product, second it is not. (A number comes first only
-    # through __rmul__, which torch computes as matrix * number.)
-    first = isinstance(s, Tensor) and d is other
-    return structured_result(d, torch.mul(s, pair_in(d)) if first else torch.mul(pair_in(d), s))
+    # In the order of the call: torch rounds an operand that comes first (a number or a
+    # 0-d tensor) to the matrix's dtype before the product, and one that comes second it
+    # does not (float16: 1e5 first is inf, and inf * 0 is NaN off the diagonal). d * 2
+    # and 2 * d both reach this as (d, 2): torch computes __rmul__ as matrix * number.
+    if d is other:
+        return probed_result(d, torch.mul(s, probe(d)))
+    return probed_result(d, torch.mul(probe(d), s))
 
 
 @structured(torch.div, torch.divide, torch.true_divide)
@@ -108,12 +110,12 @@ def _div(input, other, *, rounding_mode=None):
     s = plain_operand(other, input)
     if s is None:
         return NotImplemented
-    return structured_result(input, torch.div(pair_in(input), s, rounding_mode=rounding_mode))
+    return probed_result(input, torch.div(probe(input), s, rounding_mode=rounding_mode))
 
 
 @structured(torch.neg, torch.negative)
 def _neg(input):
-    return structured_result(input, torch.neg(pair_in(input)))
+    return probed_result(input, torch.neg(probe(input)))
 
 
 def _scaled(d: ScalarTensor, dense: Tensor, rows_dim: int) -> Any:

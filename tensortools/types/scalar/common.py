@@ -4,9 +4,11 @@ one-pass kernels.
 
 A ScalarTensor ``d`` stores its **pair** ``[value, 0]``: a diagonal and an off-diagonal
 entry of the dense matrix, in its dtype, on its device. Elementwise handlers apply the
-torch function itself to the pair, so dtype promotion, rounding of Python numbers to the
-dtype and special values come out exactly as on the dense matrix; the result is
-structured when its second entry stays 0 (:func:`structured_result`). Reductions and
+torch function itself to the **probe**, the pair repeated (:func:`probe`), so dtype
+promotion, rounding of Python numbers to the dtype and special values come out exactly
+as on the dense matrix, and both of torch's CPU loops (vector and scalar, which can
+differ) compute a copy of the pair; the result is structured when the two copies agree
+and the off-diagonal entry stays 0 (:func:`probed_result`). Reductions and
 linear algebra run the call on a **small matrix**, the dense ``value * I_k`` for k <= 2
 (:func:`small_matrix`), which checks the arguments and picks dtypes and shapes as the
 dense call would.
@@ -31,7 +33,8 @@ from tensortools.types.scalar.tensor import ScalarTensor
 __all__ = [
     "KERNEL_DTYPES",
     "structured",
-    "structured_result",
+    "probe",
+    "probed_result",
     "pair_in",
     "plain_operand",
     "finite",
@@ -75,13 +78,22 @@ def pair_in(d: ScalarTensor, dtype: torch.dtype | None = None) -> Tensor:
     return d._pair if dtype is None else d._pair.to(dtype)
 
 
-def structured_result(d: ScalarTensor, pair: Tensor) -> Any:
-    """The ScalarTensor of d's size holding pair, the result of a function applied to
-    d's pair; NotImplemented where the off-diagonal entry is not 0 (0 * inf, 0 / 0 make
-    it NaN: then the dense answer is not value * I)."""
-    if pair.tolist()[1] != 0:  # (also true for NaN; both numbers in one read)
+def probe(d: ScalarTensor) -> Tensor:
+    """The tensor an elementwise function of d runs on in place of d's pair: the pair
+    repeated, so that torch's vector loop computes its first copy and its scalar loop
+    its last (C's ``probe_of``, csrc/python/scalar_dispatch.cpp, which says why)."""
+    return _C.scalar_probe(d._pair)
+
+
+def probed_result(d: ScalarTensor, result: Any) -> Any:
+    """The ScalarTensor of d's size for a function's result on the probe; NotImplemented
+    where the dense answer is not value * I for every N: the off-diagonal entry is not 0,
+    or the two loops disagree (then the dense matrix's diagonal holds whichever loop
+    computed each entry, which depends on N)."""
+    if type(result) is not Tensor:
         return NotImplemented
-    return ScalarTensor._from_pair(d.N, pair)
+    pair = _C.scalar_probed_pair(result)
+    return NotImplemented if pair is None else ScalarTensor._from_pair(d.N, pair)
 
 
 def plain_operand(x: Any, like: ScalarTensor) -> Any:

@@ -2,15 +2,16 @@
 by one: an elementwise function f with f(0) = 0 maps ``value * I`` to ``f(value) * I``.
 
 Each function below is applied to the pair ``[value, 0]`` (a diagonal and an
-off-diagonal entry of the dense matrix, see :mod:`~tensortools.types.scalar.common`),
-with the call's own further arguments when they are numbers (or plain 0-d tensors,
-strings, None), or another ScalarTensor of the same size, whose pair goes alongside
-(d == e). The pair's result
-has the dtype, rounding and special values of the dense call's; it is structured when the
+off-diagonal entry of the dense matrix), repeated into the probe that both of torch's CPU
+loops compute on (see :mod:`~tensortools.types.scalar.common`), with the call's own
+further arguments when they are numbers (or plain 0-d tensors, strings, None), or another
+ScalarTensor of the same size, whose probe goes alongside (d == e). The result has the
+dtype, rounding and special values of the dense call's; it is structured when the
 off-diagonal entry stays 0 (``cos``, ``exp``, ``clamp(d, min=1)``, ``d > -1`` do not:
-they take the dense path). So the table holds functions that are elementwise: that is
-the one property a function must have to be listed, and the pair checks the other on
-every call.
+they take the dense path) and the two loops agree (``remainder(d, 1e-30)`` of a large
+value is NaN in one and a number in the other: the dense matrix's diagonal mixes them).
+So the table holds functions that are elementwise: that is the one property a function
+must have to be listed, and the probe checks the other on every call.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from tensortools._native import C as _C
 from tensortools.types.scalar.common import (
     pair_in,
     plain_operand,
+    probe,
+    probed_result,
     structured,
-    structured_result,
 )
 from tensortools.types.scalar.tensor import ScalarTensor
 
@@ -92,12 +94,12 @@ def _alike(x: Any, like: ScalarTensor) -> bool:
 
 def _pairs_of(args: tuple, kwargs: dict, n: int) -> tuple[tuple, dict]:
     """args and kwargs (flat: settings and ScalarTensors) with each ScalarTensor replaced
-    by its pair, cut to n entries for n <= 1 like the pair it meets."""
+    by its probe, or for n <= 1 by its pair cut to n entries, like the one it meets."""
 
     def pair(x: Any) -> Any:
         if not isinstance(x, ScalarTensor):
             return x
-        return pair_in(x) if n > 1 else pair_in(x)[:n]
+        return probe(x) if n > 1 else pair_in(x)[:n]
 
     return tuple(pair(a) for a in args), {k: pair(v) for k, v in kwargs.items()}
 
@@ -139,17 +141,15 @@ def _elementwise(func: Callable) -> Callable:
                 args, kwargs = _pairs_of(args, kwargs, input.N)
         if input.N <= 1 or pair.is_meta:
             return _small(func, input, args, kwargs)
+        stand_in = probe(input)
         try:
-            result = func(pair, *args, **kwargs)
+            result = func(stand_in, *args, **kwargs)
         except TypeError:
             return NotImplemented  # arguments func does not take: the dense call's error
-        if result is pair:
+        if result is stand_in:
             return input  # torch returns its input (x.float() of a float32 x): so does this
-        if result.is_meta:
-            return NotImplemented  # (.to("meta")) no values to look at: the dense call
-        if result.data_ptr() == pair.data_ptr():
-            result = result.clone()  # a view of the pair: the result must not share it
-        return structured_result(input, result)
+        # (a meta result has no values to look at, and probed_result declines it)
+        return probed_result(input, result)
 
     handler.__name__ = f"_elementwise_{getattr(func, '__name__', 'function')}"
     return handler
