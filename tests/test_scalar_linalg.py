@@ -10,6 +10,7 @@ import pytest
 import torch
 from _support.scalar_cases import (
     call_outcome,
+    edge_values,
     matches_dense,
     same_power,
     same_result,
@@ -65,6 +66,15 @@ def test_every_linear_algebra_handler_equals_the_dense_call(func):
     dtypes = [torch.float32, torch.float64, torch.complex64, torch.complex128, torch.int64]
     structured = sweep_against_dense(func, LINALG, dtypes, [0, 1, 2, 5, 33])
     assert structured > 0, f"{func.__name__}: never structured"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("func", list(LINALG), ids=lambda f: f"{f.__module__}.{f.__name__}")
+def test_every_linear_algebra_handler_at_both_ends_of_the_range_equals_the_dense_call(func):
+    # vᴺ, exp(v) and the eigenvalue forms of a tiny or huge value: to the dtype's relative
+    # tolerance, so that a tiny number where the dense answer is 0 fails
+    dtypes = [torch.float32, torch.float64, torch.complex64, torch.complex128]
+    sweep_against_dense(func, LINALG, dtypes, [1, 2, 3, 5], edge_values, relative=True)
 
 
 def test_a_dense_right_hand_side_that_is_not_finite_goes_to_the_dense_solve():

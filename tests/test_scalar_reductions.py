@@ -4,17 +4,23 @@ argument sets, over dtypes, special values (0, -0, the dtype's extremes, inf, Na
 sizes (0 to 3 and 17, where the handlers widen the 2x2 small matrix or use a closed form,
 and 64, where torch's reductions vectorise)."""
 
+import json
 import math
 
 import pytest
 import torch
 from _support.scalar_cases import (
     SWEEP_DTYPES,
+    call_outcome,
+    edge_values,
+    forbid_dense,
     interleaved_failures,
     matches_dense,
     same_result,
+    special_values,
     sweep_against_dense,
 )
+from _support.script_runs import run_script
 
 from tensortools import ScalarTensor
 from tensortools.types.scalar import closed_forms, reductions
@@ -123,6 +129,95 @@ def test_every_registered_reduction_is_swept():
 def test_every_reduction_equals_the_dense_call(func):
     structured = sweep_against_dense(func, ARGUMENTS, DTYPES, SIZES)
     assert structured > 0, f"{func.__name__}: never structured"
+
+
+#: The reductions computed from the value by a formula (the others pick an entry).
+COMPUTED = [f for f in ARGUMENTS if f not in reductions.EXTREMES or f is torch.prod]
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning")  # var's "degrees of freedom <= 0", dense too
+@pytest.mark.parametrize("func", COMPUTED, ids=lambda f: f.__name__)
+def test_every_reduction_at_both_ends_of_the_range_equals_the_dense_call(func):
+    # the closed forms' squares, powers and products of a tiny value underflow and of a
+    # huge one overflow, in the dense call as in float64 (at other magnitudes): to the
+    # dtype's relative tolerance, so that a tiny number where the dense answer is 0 fails
+    dtypes = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex128]
+    sweep_against_dense(func, ARGUMENTS, dtypes, [1, 2, 3, 17, 64], edge_values, relative=True)
+
+
+#: Orders of every kind: 0, fractional, 1, 2, others above, the infinities, negative.
+ORDERS = [0, 0.5, 1, 1.5, 2, 3, 3.5, INF, -INF, -0.5, -1, -2, -3.5]
+
+
+def _vector_norm_calls():
+    """(func, args, kwargs) of every function computing a vector norm, for every order,
+    over the whole matrix and along each dim, with keepdim."""
+    for p in ORDERS:
+        yield torch.linalg.vector_norm, (p,), {}
+        yield torch.linalg.vector_norm, (p, 0), {}
+        yield torch.linalg.vector_norm, (p,), {"dim": 1, "keepdim": True}
+        yield torch.linalg.vector_norm, (), {"ord": p, "dim": (1, 0)}
+        yield torch.linalg.vector_norm, (p,), {"dim": -1, "dtype": torch.float64}
+        yield torch.norm, (), {"p": p}
+        yield torch.norm, (p, 1, True), {}
+        yield torch.norm, (p, (0, 1)), {}
+        yield torch.linalg.norm, (p, 0), {}
+        yield torch.linalg.norm, (), {"ord": p, "dim": -1, "keepdim": True}
+
+
+VECTOR_NORMS = list(_vector_norm_calls())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64, torch.complex64])
+def test_vector_norms_of_every_order_equal_the_dense_call(dtype):
+    for value in [*special_values(dtype), *edge_values(dtype)]:
+        for n in [0, 1, 2, 3, 17, 64]:
+            d = ScalarTensor(n, value, dtype=dtype)
+            for func, args, kwargs in VECTOR_NORMS:
+                where = f"{func.__name__}(ScalarTensor({n}, {value!r}, {dtype}), {args} {kwargs})"
+                matches_dense(
+                    lambda: func(d, *args, **kwargs),
+                    lambda: func(d.tensor(), *args, **kwargs),
+                    where,
+                    lambda got, want: same_result(got, want, where, relative=True),
+                )
+
+
+def test_vector_norms_of_every_order_answer_without_the_dense_matrix(monkeypatch):
+    calls = []
+    for dtype, value in ((torch.float32, -1.5), (torch.float64, 1e-3), (torch.complex64, 3j)):
+        d = ScalarTensor(17, value, dtype=dtype)
+        for func, args, kwargs in VECTOR_NORMS:
+            if call_outcome(func, d.tensor(), args, kwargs)[1] is None:  # (dtype= of a complex d)
+                calls.append((d, func, args, kwargs))
+    forbid_dense(monkeypatch)
+    for d, func, args, kwargs in calls:
+        assert func(d, *args, **kwargs).isfinite().all(), (func, args, kwargs)
+    assert len(calls) > 100
+
+
+@pytest.mark.slow
+def test_vector_norms_of_every_order_at_n_10_12_stay_structured():
+    # N^(1/p) |v| for the whole matrix's N values (and its zeros), under a memory cap
+    n, answered = 10**12, 0
+    for line in run_script("scalar_norms_huge.py", timeout=300):
+        label, p, dtype, answer = json.loads(line)
+        assert isinstance(answer, list), (label, p, dtype, answer)
+        value = {"torch.float32": 0.75, "torch.float64": 3.25, "torch.complex64": 5.0}[dtype]
+        if p == 0:
+            want = n
+        elif p == -INF or p < 0:
+            want = 0.0  # a zero among the entries
+        elif p == INF:
+            want = value
+        else:
+            want = n ** (1 / p) * value
+        assert answer[2] == pytest.approx(want, rel=1e-6), (label, p, dtype, answer)
+        assert answer[1] == ([1, 1] if label in ("vector_norm keepdim", "norm dims") else [])
+        answered += 1
+    assert answered == 3 * 7 * len(ORDERS)
 
 
 def test_reductions_answer_without_the_dense_matrix():

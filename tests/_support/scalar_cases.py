@@ -176,18 +176,33 @@ def call_outcome(func, x, args, kwargs):
         return None, err
 
 
-def same_result(got, want, where, signed=False):
+def same_result(got, want, where, signed=False, relative=False):
+    """got (a structured answer) against want (the dense call's): the same types, dtypes
+    and shapes, the same values to torch's tolerance for the dtype and, with relative,
+    to its relative tolerance alone (a number where the dense answer is 0, however tiny,
+    is a different answer: so are numbers of the subnormal range that differ by more
+    than the dtype's precision)."""
     if isinstance(want, tuple):
         assert type(got) is type(want) and len(got) == len(want), where
         for g, w in zip(got, want, strict=True):
-            same_result(g, w, where, signed)
+            same_result(g, w, where, signed, relative)
         return
     got = got.tensor() if isinstance(got, ScalarTensor) else got
     assert got.dtype == want.dtype and got.shape == want.shape, (where, got, want)
     if want.dtype.is_floating_point or want.dtype.is_complex:
         # the dense call adds in its own order (and LAPACK runs its own algorithm): to
         # torch's tolerance for the dtype
-        torch.testing.assert_close(got, want, equal_nan=True, msg=lambda m: f"{where}: {m}")
+        tolerance = {}
+        if relative:
+            # (a sum of N powers |v|^p, then its 1/p-th power: the dense call's rounding
+            # errors add up over the sum and grow by 1/p; the half types accumulate in
+            # float32, so their answers round once)
+            real = want.dtype.to_real() if want.dtype.is_complex else want.dtype
+            rtol = {torch.float16: 1e-3, torch.bfloat16: 1.6e-2}
+            tolerance = {"rtol": rtol.get(real, 32 * torch.finfo(real).eps), "atol": 0}
+        torch.testing.assert_close(
+            got, want, equal_nan=True, msg=lambda m: f"{where}: {m}", **tolerance
+        )
         if signed and want.dtype.is_floating_point:
             same_signed_zeros(got, want, where)
 
@@ -220,13 +235,31 @@ def same_signed_zeros(got, want, where):
     assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros])), (where, got, want)
 
 
-def sweep_against_dense(func, table, dtypes, sizes):
+def edge_values(dtype):
+    """Values at both ends of dtype's range, with either sign: the smallest subnormal, a
+    subnormal, the smallest normal and 4 times it, around the square root of the smallest
+    normal (where squares underflow) and of the largest (where they overflow), a quarter
+    of the largest and the largest; for complex dtypes also some off the real axis."""
+    if not (dtype.is_floating_point or dtype.is_complex):
+        return special_values(dtype)
+    info = torch.finfo(dtype.to_real() if dtype.is_complex else dtype)
+    low, high = math.sqrt(info.tiny), math.sqrt(info.max)
+    values = [info.tiny * info.eps, info.tiny / 2, info.tiny, 4 * info.tiny]
+    values += [low / 2, low, 2 * low, high / 2, high, 2 * high, info.max / 4, info.max]
+    values += [-x for x in values[1::3]]
+    if dtype.is_complex:
+        values += [complex(low, -low), complex(0, high), complex(-info.max / 2, info.tiny)]
+    return values
+
+
+def sweep_against_dense(func, table, dtypes, sizes, values=None, relative=False):
     """Every (dtype, value, size, arguments) against the dense call: the same result (or
-    the same kind of error). Returns how many answered without the dense matrix."""
+    the same kind of error), values drawn from values(dtype) (special_values by default),
+    compared as same_result does. Returns how many answered without the dense matrix."""
     structured = 0
     handler = ScalarTensor.handler_for(func)
     for dtype in dtypes:
-        for value in special_values(dtype):
+        for value in (values or special_values)(dtype):
             for n in sizes:
                 d = ScalarTensor(n, value, dtype=dtype)
                 for args, kwargs in reduction_calls(func, table):
@@ -238,7 +271,7 @@ def sweep_against_dense(func, table, dtypes, sizes):
                         lambda x=d, a=args, k=kwargs: func(x.tensor(), *a, **k),
                         where,
                         lambda got, want, where=where: same_result(
-                            got, want, where, func in SIGNED_ZEROS
+                            got, want, where, func in SIGNED_ZEROS, relative
                         ),
                     )
                     if got is not None:

@@ -87,9 +87,10 @@ def _rebuild_whole(d: ScalarTensor, numbers: tuple) -> Any:
     return parts[0] if len(parts) == 1 else parts
 
 
-def _closed_form(func: Callable, formula: Callable) -> Callable:
+def _closed_form(func: Callable, formula: Callable, of_moduli: bool = False) -> Callable:
     """A handler computing func as formula(v, c, z, dtypes, args, kwargs), which gives one
-    number per result (or None: the dense call answers)."""
+    number per result (or None: the dense call answers); of_moduli for a formula of |v|
+    alone (the norms), whose results are real for a complex v too."""
 
     def handler(input: Any, *args: Any, **kwargs: Any) -> Any:
         if func is torch.mean and not args and not kwargs and isinstance(input, ScalarTensor):
@@ -114,7 +115,7 @@ def _closed_form(func: Callable, formula: Callable) -> Callable:
         dtypes = {input.dtype, *(t.dtype for t in parts)}
         if not all(t.is_floating_point() or t.is_complex() for t in parts):
             return NotImplemented
-        if isinstance(v, complex) and not all(t.is_complex() for t in parts):
+        if isinstance(v, complex) and not of_moduli and not all(t.is_complex() for t in parts):
             return NotImplemented  # (a complex matrix reduced as real: dtype= decides)
         try:
             numbers = formula(v, *_counts(input, axis), dtypes, args, kwargs)
@@ -131,8 +132,12 @@ def _closed_form(func: Callable, formula: Callable) -> Callable:
 
 
 def _all_in_range(dtypes: set, *xs: float) -> bool:
+    """Whether every magnitude xs, computed from a nonzero value, lies well inside each
+    floating dtype's normal range. A 0 among them is a product that underflowed (in
+    float64 here, so in the dense call's dtype too): the dense call's own order of
+    operations decides there between 0 and a tiny number."""
     return all(
-        in_range(x, dtype)
+        x != 0 and in_range(x, dtype)
         for x in xs
         for dtype in dtypes
         if dtype.is_floating_point or dtype.is_complex
@@ -146,7 +151,9 @@ def _average(v, c, z):
 
 
 def _mean(v, c, z, dtypes, args, kwargs):
-    return (_average(v, c, z),) if _all_in_range(dtypes, c * abs(v)) else None
+    if v == 0 or _all_in_range(dtypes, c * abs(v)):
+        return (_average(v, c, z),)
+    return None
 
 
 def _correction(args: tuple, kwargs: dict) -> float:
@@ -167,9 +174,11 @@ def _variance(v, c, z, dtypes, args, kwargs) -> float | None:
     correction = _correction(args, kwargs)
     if n - correction <= 0:
         return None  # torch warns and answers inf or NaN
+    if v == 0:
+        return 0.0
     mean = c * v / n
     m2 = c * abs(v - mean) ** 2 + z * abs(mean) ** 2
-    if not _all_in_range(dtypes, c * abs(v), c * abs(v) ** 2, m2):
+    if not _all_in_range(dtypes, abs(v), c * abs(v), abs(v) ** 2, c * abs(v) ** 2, m2):
         return None
     return m2 / (n - correction)
 
@@ -203,31 +212,26 @@ def _logsumexp(v, c, z, dtypes, args, kwargs):
 
 def _p_norm(a: float, c: int, z: int, p: float, dtypes: set) -> float | None:
     """The p-norm of c entries of magnitude a and z zeros, or None where the dense call's
-    sum of powers could leave the range (it is not scaled: float32's norm of [1e20] * 4 is
-    inf)."""
+    sum of powers could leave the range at either end (it is not scaled: float32's norm
+    of [1e20] * 4 is inf, float64's of [1e-170] * 4 is 0)."""
+    if math.isnan(p):
+        return None
     if p == math.inf:
         return a
     if p == -math.inf:
         return 0.0 if z else a
     if p == 0:
         return float(c * (a != 0))
-    if math.isnan(p) or p not in (1.0, 2.0):
-        return None  # other orders: the dense call's rounding of (|v| ** p) ** (1 / p)
-    if a == 0:
-        return 0.0
-    if p < 0:
-        if z:
-            return 0.0  # 0 ** p is inf, and inf ** (1 / p) is 0
-        if not _all_in_range(dtypes, a**p, c * a**p):
-            return None
-        return c ** (1 / p) * a
+    if a == 0 or (p < 0 and z):
+        return 0.0  # (for p < 0, 0 ** p is inf, and inf ** (1 / p) is 0)
     try:
         power = a**p
     except OverflowError:
         return None
-    if not _all_in_range(dtypes, power, c * power):
-        return None
-    return c ** (1 / p) * a
+    # as the dense call computes it, (sum of the powers) ** (1 / p), with 1 / p rounded
+    # (for a tiny or huge a that rounding moves the result by many ulps)
+    norm = (c * power) ** (1 / p)
+    return norm if _all_in_range(dtypes, power, c * power, norm) else None
 
 
 def _matrix_norm(a: float, n: int, ord: Any, dtypes: set) -> float | None:
@@ -302,7 +306,7 @@ def _norm(func: Callable) -> Callable:
             norm = _matrix_norm(abs(v), c, order, dtypes)
         return None if norm is None else (norm,)
 
-    general = _closed_form(func, formula)
+    general = _closed_form(func, formula, of_moduli=True)
 
     def handler(input: Any, *args: Any, **kwargs: Any) -> Any:
         if (

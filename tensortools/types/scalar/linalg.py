@@ -59,8 +59,12 @@ def _det(input):
     if not _lapack_safe(input):
         return NotImplemented
     det = power(input._scalar(), input.N)
-    # An overflowing product is left to LAPACK: a complex one is Inf+NaNj there.
-    return det if finite(det.item()) else NotImplemented
+    # A product that overflows or underflows is left to LAPACK, whose order of
+    # multiplications decides there (a complex one is Inf+NaNj).
+    x = det.item()
+    if not finite(x) or (x == 0) != (input._pair.tolist()[0] == 0):
+        return NotImplemented
+    return det if x == 0 or in_range(abs(x), det.dtype) else NotImplemented
 
 
 @structured(torch.inverse, torch.linalg.inv)

@@ -134,11 +134,19 @@ def _extreme(func: Callable) -> Callable:
     return handler
 
 
-def _whole_prod(d: ScalarTensor, small: Tensor) -> Tensor:
+def _whole_prod(d: ScalarTensor, small: Tensor) -> Any:
     """The whole matrix's product from the 2x2 small matrix's: a real product's sign is the
     parity of its negative factors, in any order. The small matrix has two copies of the
     value, the matrix N: for an odd N and a value with its sign bit set (-0 included), a
-    zero product is -0."""
+    zero product is -0. Where a product of up to N copies of a finite value could
+    overflow, the dense call answers: its order of multiplications decides whether an
+    infinite partial product meets a zero (NaN) or a zero comes first (0)."""
+    if small.is_floating_point():
+        v = d._pair.tolist()[0]
+        if math.isfinite(v) and abs(v) > 1:
+            largest = torch.finfo(small.dtype).max
+            if d.N * math.log(abs(v)) >= math.log(largest / 4):
+                return NotImplemented
     if d.N % 2 and small.is_floating_point() and torch.signbit(d._pair[0]).item():
         return torch.neg(small)  # (NaN stays NaN: inf * 0)
     return small
