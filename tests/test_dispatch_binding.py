@@ -228,6 +228,25 @@ def test_a_users_handlers_get_torch_keywords():
             torch.testing.assert_close(got.as_subclass(torch.Tensor), want, msg=label)
 
 
+def test_a_gap_before_a_keyword_reaches_a_handlers_kwargs():
+    """vector_norm(x, 3, keepdim=True) leaves dim out: keepdim reaches a handler of
+    (x, *args, **kwargs) by torch's name, not the policy."""
+    seen = []
+
+    class Passing(TensorWrapper):
+        policy = "strict"
+
+    @Passing.implements(torch.linalg.vector_norm)
+    def _norm(values, *args, **kwargs):
+        seen.append((args, kwargs))
+        return torch.linalg.vector_norm(values.as_subclass(torch.Tensor), *args, **kwargs)
+
+    t = torch.arange(6.0).reshape(2, 3)
+    got = torch.linalg.vector_norm(Passing._make(t), 3, keepdim=True)
+    torch.testing.assert_close(got, torch.linalg.vector_norm(t, 3, keepdim=True))
+    assert seen == [((3,), {"keepdim": True})]
+
+
 def test_a_call_the_handler_cannot_take_never_reaches_it():
     calls = []
 

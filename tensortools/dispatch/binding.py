@@ -109,11 +109,16 @@ class HandlerShape(NamedTuple):
     keywords: frozenset
     #: whether it takes ``**kwargs``
     more_keywords: bool
+    #: how many positional arguments it takes (inf with ``*args``)
+    most_positional: float
 
     @classmethod
     def of(cls, handler: Callable) -> HandlerShape | None:
+        """The shape of the handler a decorator wraps (functools.wraps), with the keywords
+        the decorator's own signature adds (``out=``)."""
         try:
             params = inspect.signature(handler).parameters.values()
+            outer = inspect.signature(handler, follow_wrapped=False).parameters.values()
         except (TypeError, ValueError):
             return None
         positional = tuple(
@@ -123,18 +128,16 @@ class HandlerShape(NamedTuple):
         )
         keywords = frozenset(
             p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-        )
+        ) | frozenset(p.name for p in outer if p.kind is p.KEYWORD_ONLY)
         kinds = {p.kind for p in params}
+        more = inspect.Parameter.VAR_POSITIONAL in kinds
         return cls(
             positional,
-            inspect.Parameter.VAR_POSITIONAL in kinds,
+            more,
             keywords,
             inspect.Parameter.VAR_KEYWORD in kinds,
+            float("inf") if more else len(positional),
         )
-
-    @property
-    def most_positional(self) -> float:
-        return float("inf") if self.more_positional else len(self.positional)
 
 
 def bind(
@@ -142,38 +145,64 @@ def bind(
 ) -> tuple[tuple, dict] | None:
     """The call ``func(*args, **kwargs)`` as the handler of signature `shape` takes it, or
     None where the handler cannot take it (the policy then decides)."""
-    if len(args) > shape.most_positional:
+    given = len(args)
+    if given > shape.most_positional:
         return None
     if not kwargs:
         return args, kwargs
+    key = (func, id(shape), given, *kwargs)  # (shapes live as long as the table's cache)
+    plan = _PLANS.get(key, _UNPLANNED)
+    if plan is _UNPLANNED:
+        if len(_PLANS) > 4096:  # (a bound on memory: the combinations met are few)
+            _PLANS.clear()
+        plan = _PLANS[key] = _plan(func, shape, given, tuple(kwargs))
+    if plan is None:
+        return None
+    appended, renamed = plan
+    if appended:
+        args = (*args, *[kwargs[k] for k in appended])
+    return args, {to: kwargs[k] for k, to in renamed}
+
+
+_PLANS: dict[tuple, Any] = {}
+_UNPLANNED = object()
+
+
+def _plan(func: Callable, shape: HandlerShape, given: int, keys: tuple) -> tuple | None:
+    """How a call of `given` positional arguments and keyword arguments `keys` reaches the
+    handler: (the keys appended as positional arguments, in order; (key, the handler's
+    name for it) for the rest), or None where it cannot."""
     positions = torch_positions(func)
-    placed: dict[int, Any] = {}  # torch's position -> the argument given by keyword there
-    bound: dict[str, Any] = {}
-    for key, value in kwargs.items():
+    placed: dict[int, str] = {}  # torch's position -> the key that gives it
+    canonical: dict[str, str] = {}  # such a key -> torch's name of the parameter
+    renamed: list[tuple[str, str]] = []
+    for key in keys:
+        name = key
         if positions.parsed and key in _ALIASES and key not in positions.names:
-            key = _ALIASES[key]
-        i = positions.index.get(key)
+            name = _ALIASES[key]
+        i = positions.index.get(name)
         if i is None:
-            if key in bound or not (shape.more_keywords or key in shape.keywords):
-                return None
-            bound[key] = value
-        elif i < len(args) or i in placed:
+            renamed.append((key, name))
+        elif i < given or i in placed:
             return None  # given twice: torch's own TypeError, from the fallback
         else:
-            placed[i] = value
-    args = list(args)
+            placed[i], canonical[key] = key, name
+    appended: list[str] = []
     for i in sorted(placed):
-        if i == len(args) and i < shape.most_positional:
-            args.append(placed[i])  # (next in line: positional, also into a *args)
-        elif i < len(shape.positional) and shape.positional[i]:
-            bound[shape.positional[i]] = placed[i]  # (after a gap: by the handler's name)
-        else:
-            return None
-    if not shape.more_keywords and not bound.keys() <= shape.keywords:
+        if i == given + len(appended) and i < shape.most_positional:
+            appended.append(placed[i])  # (next in line: positional, also into a *args)
+        elif i < len(shape.positional):
+            if not shape.positional[i]:
+                return None  # (positional-only: a gap before it cannot be left)
+            renamed.append((placed[i], shape.positional[i]))  # (after a gap: by name)
+        else:  # (after a gap, beyond the handler's named parameters: by torch's name)
+            renamed.append((placed[i], canonical[placed[i]]))
+    names = [to for _, to in renamed]
+    if len(set(names)) < len(names) or set(names) & set(shape.positional[: given + len(appended)]):
         return None
-    if any(name in bound for name in shape.positional[: len(args)]):
+    if not (shape.more_keywords or set(names) <= shape.keywords):
         return None
-    return tuple(args), bound
+    return tuple(appended), tuple(renamed)
 
 
 def argument(
