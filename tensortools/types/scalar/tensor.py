@@ -138,7 +138,7 @@ class ScalarTensor(TensorLike):
             raise TypeError(f"ScalarTensor: 'dtype' must be a torch.dtype, got {dtype!r}")
         self.N = N
         # [value, 0] in dtype: a diagonal and an off-diagonal entry of the dense matrix.
-        # Handlers apply torch functions to it (see common.structured_result).
+        # Handlers apply torch functions to it (see common.probed_result).
         self._pair = torch.tensor(
             [value, 0], dtype=dtype, device="cpu" if device is None else device
         )
