@@ -24,6 +24,15 @@ def test_cpu_torch_builds_without_cuda():
     assert tensortools._C.with_cuda is False
 
 
+def test_source_files_have_distinct_object_names():
+    """torch.utils.cpp_extension.load names each object file after its source's base name
+    (``.cuda.o`` for CUDA sources): two sources of one name in different folders of csrc/
+    would break the JIT path while setup.py builds."""
+    sources = [*_extension.CSRC.rglob("*.cpp"), *_extension.CSRC.rglob("*.cu")]
+    objects = [p.stem + (".cuda" if p.suffix == ".cu" else "") for p in sources]
+    assert len(objects) == len(set(objects)), sorted(o for o in objects if objects.count(o) > 1)
+
+
 @pytest.mark.slow
 def test_jit_path_compiles_same_sources_and_says_so():
     # Compiles the extension with torch.utils.cpp_extension.load (cached after the first
