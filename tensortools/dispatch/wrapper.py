@@ -317,12 +317,16 @@ def wrap_outputs(
         if isinstance(t, cls) or (type(t) is not Tensor and not cls.wrap_foreign):
             return t
         # (by identity: torch.compile traces `is`, not id(); the written arguments only
-        # for a result that is an argument at all)
+        # for a result that is an argument at all). The argument is returned, not t: under
+        # torch.compile `is` compares the tensors' traced values, and the result of an
+        # in-place call run with subclass dispatch off is traced as a plain Tensor that
+        # `is` the argument it wrote, so returning t would hand back that plain Tensor.
         if call is not None and any(t is a for a in call[3]):
             if written is None:
                 written = written_arguments(call[0], call[1], call[2])
-            if any(t is w for w in written):
-                return t
+            for w in written:
+                if t is w:
+                    return w
         try:
             with torch._C.DisableTorchFunctionSubclass():
                 return cls.wrap(t, context)
@@ -368,3 +372,36 @@ TensorWrapper._on_settings_change()
 def _traced_torch_function(cls, func, types, args=(), kwargs=None):
     # What torch.compile traces in place of the compiled path: the Python path.
     return cls._python_torch_function(func, types, args, kwargs)
+
+
+def _in_place_functions() -> set[Callable]:
+    """torch's in-place function forms (``torch.zero_``, ``torch.relu_``, ``F.elu_``, ...):
+    the public builtins of torch's function namespaces named with one trailing underscore."""
+    found = set()
+    for namespace in (torch, torch.nn.functional, torch.special, torch.linalg):
+        for name in dir(namespace):
+            if name.startswith("_") or not name.endswith("_") or name.endswith("__"):
+                continue
+            func = getattr(namespace, name, None)
+            if callable(func) and type(func).__name__ == "builtin_function_or_method":
+                found.add(func)
+    return found
+
+
+def _dispatch_in_place_functions_under_compile() -> None:
+    # Eager torch hands torch.zero_(x) and the other in-place function forms to the
+    # arguments' __torch_function__, but torch.overrides.get_overridable_functions leaves
+    # them out, and torch.compile dispatches only the functions that list names: traced,
+    # torch.zero_(x) ran as a plain operator and returned a plain Tensor where eager
+    # returns x. Naming them in the set torch.compile reads makes it dispatch them as eager
+    # does (for plain tensors nothing changes: there is no __torch_function__ to call).
+    try:
+        from torch._dynamo.variables.torch import get_overridable_functions
+    except ImportError:  # a torch that reads another list: nothing to extend
+        return
+    functions = get_overridable_functions()
+    if isinstance(functions, set):  # (a cached set, which every later call returns)
+        functions.update(_in_place_functions())
+
+
+_dispatch_in_place_functions_under_compile()
