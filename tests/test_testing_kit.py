@@ -40,13 +40,17 @@ QUICK = [
 
 
 def metadata_rule(x, result):
-    """MetadataTensor's rule: floating results are MetadataTensors with x's metadata."""
+    """MetadataTensor's rule: floating results are MetadataTensors with x's metadata (a
+    batch, as torch.stack makes of samples, holds it once per sample)."""
     for t in tree_leaves(result):
         if isinstance(t, torch.Tensor) and t.is_floating_point():
             if not isinstance(t, MetadataTensor):
                 return f"a {type(t).__name__} result"
-            if metadata_of(t) != metadata_of(x):
-                return f"metadata {metadata_of(t)} instead of {metadata_of(x)}"
+            want = metadata_of(x)
+            if t.batch_size is not None:
+                want = {k: [v] * t.batch_size for k, v in want.items()}
+            if metadata_of(t) != want:
+                return f"metadata {metadata_of(t)} instead of {want}"
     return ""
 
 
@@ -165,9 +169,10 @@ def test_state_lost_in_a_round_trip_is_caught_by_serialization():
 
 
 def test_a_function_without_runnable_samples_fails_rather_than_passes():
-    found, _ = _failures(MetadataTensor, make_metadata(), ops=["cat", "no_such_function"])
-    assert found == {("values", "cat"), ("values", "no_such_function")}
-    assert "cat" not in testing.function_names(["cat", "exp"])
+    # (arange's samples hold no tensor to make an instance of)
+    found, _ = _failures(MetadataTensor, make_metadata(), ops=["arange", "no_such_function"])
+    assert found == {("values", "arange"), ("values", "no_such_function")}
+    assert testing.function_names(["arange", "exp"]) == ["exp"]
 
 
 @contextlib.contextmanager
@@ -372,3 +377,143 @@ def test_coverage_command_runs_check_type(capsys):
     )
     out = capsys.readouterr().out
     assert "LoggingTensor: 579 functions" in out and "0 failures" in out
+
+
+# --- tensors inside containers ----------------------------------------------------------------
+
+# op_db functions whose samples hold several tensors: in a list given as the input, as
+# further arguments, in a list among the arguments; and functions returning several.
+SEVERAL = [
+    "cat",
+    "stack",
+    "hstack",
+    "vstack",
+    "dstack",
+    "column_stack",
+    "block_diag",
+    "broadcast_tensors",
+    "meshgrid",
+    "einsum",
+    "linalg.multi_dot",
+    "cartesian_prod",
+    "atleast_2d",
+    "index_put",
+    "_chunk_cat",
+    "split",
+    "chunk",
+    "unbind",
+]
+ALL_BUT_COMPILE = [c for c in testing.CHECKS if c != "compile"]
+
+
+class CatKeepsFirstMetadata(MetadataTensor):
+    pass
+
+
+@CatKeepsFirstMetadata.implements(torch.cat)
+def _cat_first_only(tensors, dim=0, *, out=None):
+    # reads the first tensor's metadata alone, as if every tensor were an instance
+    with torch._C.DisableTorchFunctionSubclass():
+        data = torch.cat([t.as_subclass(torch.Tensor) for t in tensors], dim)
+    return CatKeepsFirstMetadata(data, metadata_of(tensors[0]) or {})
+
+
+class StackReturnsPlain(MetadataTensor):
+    pass
+
+
+@StackReturnsPlain.implements(torch.stack)
+def _stack_plain(tensors, dim=0, *, out=None):
+    with torch._C.DisableTorchFunctionSubclass():
+        return torch.stack([t.as_subclass(torch.Tensor) for t in tensors], dim)
+
+
+def test_tensors_in_an_input_list_become_instances():
+    report = testing.check_type(
+        MetadataTensor, make_metadata(), ops=["cat", "stack"], rule=metadata_rule
+    )
+    assert report.functions == ["cat", "stack"]
+    # cat([a, b]) runs with both instances, then with the first alone
+    assert report.samples == 6
+
+
+def test_a_cat_that_drops_a_later_tensors_metadata_is_caught_by_types():
+    def check(cls):
+        return _failures(
+            cls,
+            make_metadata(cls),
+            rule=metadata_rule,
+            ops=["cat", "exp"],
+            checks=ALL_BUT_COMPILE,
+            instances=("each",),
+            safe_globals=[cls],
+        )
+
+    found, report = check(CatKeepsFirstMetadata)
+    assert found == {("types", "cat")}
+    assert all("tensor 1 alone an instance" in f.sample for f in report.failures)
+    found, report = check(MetadataTensor)
+    assert not found and report.samples == 6  # (exp: one tensor, one sample each)
+
+
+def test_a_stack_returning_a_plain_tensor_is_caught_by_types():
+    found, report = _failures(
+        StackReturnsPlain,
+        make_metadata(StackReturnsPlain),
+        rule=metadata_rule,
+        ops=["stack", "exp"],
+        checks=ALL_BUT_COMPILE,
+        safe_globals=[StackReturnsPlain],
+    )
+    assert found == {("types", "stack")}
+    assert all("a Tensor result" in f.reason for f in report.failures)
+
+
+def test_instances_takes_known_choices_only():
+    with pytest.raises(ValueError, match="'instances' takes some of"):
+        testing.check_type(MetadataTensor, make_metadata(), ops=["cat"], instances=["all"])
+
+
+def stack_refusal(err):
+    """MetadataTensor's: torch.stack of samples is a batch, and a plain tensor among them
+    has no metadata to give its sample (a ValueError naming the sample)."""
+    return cannot_hold(err) or (isinstance(err, ValueError) and "samples of a batch" in str(err))
+
+
+@pytest.mark.parametrize("name", ["MetadataTensor", "LoggingTensor"])
+def test_the_wrapper_types_pass_samples_with_several_tensors(name):
+    cls, make, options = TYPES[name]
+    report = testing.check_type(
+        cls,
+        make,
+        ops=SEVERAL,
+        checks=ALL_BUT_COMPILE,
+        instances=("every", "first", "each"),
+        **{**options, "refusals": stack_refusal},
+    )
+    assert report.functions == sorted(SEVERAL)
+    if cls is MetadataTensor:
+        testing.check_type(cls, make, ops=["cat"], checks=["compile"], **options)
+
+
+# --- serialization of users' types --------------------------------------------------------------
+
+
+class Undeclared(MetadataTensor):
+    """A user's type that has not told weights_only loading it is safe."""
+
+
+def test_an_undeclared_type_is_told_in_one_line_how_to_declare_it():
+    make = make_metadata(Undeclared)
+    found, report = _failures(Undeclared, make, ops=["exp"], checks=["serialization"])
+    assert found == {("serialization", "exp")}
+    (failure,) = report.failures
+    assert "\n" not in failure.reason and "weights_only=True" in failure.reason
+    assert "torch.serialization.add_safe_globals([Undeclared])" in failure.reason
+    assert "check_type(..., safe_globals=[Undeclared])" in failure.reason
+
+    report = testing.check_type(
+        Undeclared, make, ops=["exp", "cat"], checks=["serialization"], safe_globals=[Undeclared]
+    )
+    assert report.passed and report.samples == 6  # (cat: both lists; exp: two samples)
+    assert Undeclared not in torch.serialization.get_safe_globals()  # (for the check only)

@@ -68,11 +68,13 @@ def check_type(
     ops: Iterable[str] | None = None,
     dtypes: Sequence[torch.dtype] = (torch.float32,),
     max_samples: int = 2,
+    instances: Sequence[str] = ("every", "first"),
     gradcheck_samples: int = 1,
     compile_samples: int = 1,
     serialization_samples: int = 1,
     settings: Settings | None = None,
     refusals: tuple[type[BaseException], ...] | Callable[[BaseException], bool] = (),
+    safe_globals: Sequence[Any] = (),
     raise_on_failure: bool = True,
 ) -> TypeCheckReport:
     """Check that `cls` behaves like the plain computation wherever PyTorch's samples reach.
@@ -83,9 +85,19 @@ def check_type(
     when given, computes the expected result from ``(function, plain input, args,
     kwargs)``; by default the function runs on the plain input. `rule(instance, result)`
     says what breaks the type's rules in a result ('' when nothing does; by default:
-    floating-point results must be of the type). `ops` restricts the
-    functions (op_db names such as ``"exp"``, ``"flip"``); `dtypes` and `max_samples`
-    pick each function's samples. `checks` is any of :data:`CHECKS`:
+    floating-point results must be of the type); `instance` is the call's first instance.
+    `ops` restricts the functions (op_db names such as ``"exp"``, ``"flip"``); `dtypes`
+    and `max_samples` pick each function's samples.
+
+    `instances` says which of a sample's tensors become instances, wherever they sit (the
+    input, a list given as the input as in ``torch.cat([a, b])``, further arguments and
+    lists among them): each of ``"every"`` (all at once), ``"first"`` (the first alone, the
+    others plain) and ``"each"`` (each alone in turn) runs the sample once more, unless it
+    picks the same tensors as an earlier one. Results that are lists or tuples of tensors
+    (``split``, ``meshgrid``) are compared element by element. ``binding`` and
+    ``compile`` run only the samples whose instances all sit in the input.
+
+    `checks` is any of :data:`CHECKS`:
 
     - ``values``: the sample on the type equals the plain run (the sample dtype's
       tolerance); the in-place form has the same effect;
@@ -100,7 +112,10 @@ def check_type(
     - ``serialization``: pickle, deepcopy and ``torch.save`` + ``torch.load(weights_only=
       True)`` give back an instance of the type with equal values and attributes that
       follows the rule (`serialization_samples` per function); state crafted to run code
-      when loaded is refused by ``weights_only`` loading, never run;
+      when loaded is refused by ``weights_only`` loading, never run; `safe_globals`
+      (classes, as for ``torch.serialization.safe_globals``) are allowed to load during
+      this check, for a type that does not declare itself with
+      ``torch.serialization.add_safe_globals``;
     - ``threads``: up to 16 deterministic calls, each on one instance shared by 8 threads
       and repeated, give the eager results, and
       each of `settings` (name -> (context-manager factory, reader of the current value))
@@ -136,15 +151,17 @@ def check_type(
     started = time.perf_counter()
     run = Run(cls, make, densify, reference, rule, settings, refusals)
     run.structured = structured
-    samples = list(op_samples(ops, dtypes, max_samples))
+    samples = list(op_samples(ops, dtypes, max_samples, tuple(instances)))
     if ops is not None:  # a function asked for and never run must not pass unseen
         for name in sorted(set(ops) - {s.name for s in samples}):
             run.failures.append(
                 Failure("values", name, "-", "no op_db sample of this name could be run")
             )
-    seen: dict[str, int] = {}  # samples so far per function: the costly checks take the first
+    seen: dict = {}  # samples so far per function: the costly checks take the first
     for s in samples:
         k = seen[s.name] = seen.get(s.name, -1) + 1
+        if s.input_only:  # (compile's count: the samples it can run)
+            k_input = seen[s.name, "input"] = seen.get((s.name, "input"), -1) + 1
         steps = [
             (
                 "values",
@@ -152,7 +169,9 @@ def check_type(
                 "values" in checks or "types" in checks,
             ),
             ("aliases", lambda: check_aliases(run, s), "aliases" in checks),
-            ("binding", lambda: check_binding(run, s), "binding" in checks),
+            # (these two call the function on the sample's input and its further
+            # arguments as op_db gives them: only instances in the input reach them)
+            ("binding", lambda: check_binding(run, s), "binding" in checks and s.input_only),
             (
                 "autograd",
                 lambda: check_autograd(run, s, gradcheck=k < gradcheck_samples),
@@ -160,10 +179,14 @@ def check_type(
             ),
             (
                 "serialization",
-                lambda: check_serialization(run, s),
+                lambda: _with_safe_globals(safe_globals, lambda: check_serialization(run, s)),
                 "serialization" in checks and k < serialization_samples,
             ),
-            ("compile", lambda: check_compile(run, s), "compile" in checks and k < compile_samples),
+            (
+                "compile",
+                lambda: check_compile(run, s),
+                "compile" in checks and s.input_only and k_input < compile_samples,
+            ),
         ]
         for check, step, wanted in steps:
             if wanted:
@@ -182,6 +205,14 @@ def check_type(
     if raise_on_failure and report.failures:
         raise TypeCheckError(report)
     return report
+
+
+def _with_safe_globals(classes: Sequence[Any], step: Callable[[], None]) -> None:
+    # torch's context manager removes on exit every class it was given, also one that
+    # was declared before it (tensortools' own types): give it only the new ones.
+    declared = torch.serialization.get_safe_globals()
+    with torch.serialization.safe_globals([c for c in classes if c not in declared]):
+        step()
 
 
 def options_from_coverage_hooks(cls: type) -> dict[str, Any]:

@@ -12,24 +12,28 @@ __all__ = ["check_aliases"]
 
 def check_aliases(run: Run, s: Sample) -> None:
     """Each other form of the call, on the type, against the same form on the plain
-    tensor (so a form is checked even where the function form was refused)."""
+    tensor (so a form is checked even where the function form was refused). The forms
+    are methods and operators of the input: none for an input list, and none where the
+    input is a plain tensor (its own methods are not the type's; the other instances
+    reach the type through the function form alike)."""
+    if not isinstance(run.typed(s), run.cls):
+        return
     forms = {}
     if s.info.method_variant is not None:
-        forms["method"] = lambda x: method_of(x, s.info.method_variant)(*s.args, **s.kwargs)
+        forms["method"] = lambda x, a, k: method_of(x, s.info.method_variant)(*a, **k)
     op = s.info.operator_variant
     if op is not None and len(s.args) == 1 and not s.kwargs:
-        other = s.args[0]
-        forms["operator"] = lambda x: op(x, other)
+        forms["operator"] = lambda x, a, k: op(x, a[0])
         # number <op> x: Python asks the number first, then x's reflected method
-        forms["reflected operator"] = lambda x: op(1.5, x)
+        forms["reflected operator"] = lambda x, a, k: op(1.5, x)
     for form, call in forms.items():
         try:  # the plain tensor's answer; none where it has no such form either
-            expected = seeded(lambda: call(run.stands_for(s)))
+            expected = seeded(lambda: call(*run.plain_call(run.typed_call(s))))
         except Exception:
             continue
-        x = run.typed(s)
+        typed = run.typed_call(s)
         try:
-            got = seeded(lambda: call(x))
+            got = seeded(lambda: call(*typed))
         except Exception as err:
             if form == "method" and run.refused_call(err):
                 run.refuse("aliases", s, err)
@@ -40,6 +44,6 @@ def check_aliases(run: Run, s: Sample) -> None:
         same = (
             "" if s.name in UNDEFINED_VALUES else compare_results(run.plain(got), expected, False)
         )
-        problem = same or run.type_problem(x, got)
+        problem = same or run.type_problem(typed, got)
         if problem:
             run.fail("aliases", s, f"{form} form: {problem}")

@@ -1,10 +1,11 @@
-"""The ``autograd`` check: the input's gradient through the type equals the plain one,
-and ``torch.autograd.gradcheck`` passes through the type in float64."""
+"""The ``autograd`` check: the gradients of the instances through the type equal the
+plain ones, and ``torch.autograd.gradcheck`` passes through the type in float64."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from tensortools.coverage.samples import compare_results, seeded
 from tensortools.testing.run import Run, result_tensors
@@ -14,31 +15,37 @@ __all__ = ["check_autograd", "check_gradcheck"]
 
 
 def check_autograd(run: Run, s: Sample, gradcheck: bool) -> None:
+    """The gradient of a weighted sum of the results with respect to each instance of
+    the call (every tensor of an input list, where they are instances) against the plain
+    call's."""
     if run.structured:  # the instance's gradient is not the dense tensor's
         return
-    if not (s.info.supports_autograd and s.input.dtype.is_floating_point):
+    typed = run.typed_call(s)
+    if not s.info.supports_autograd or typed is None:
         return
-    plain = run.stands_for(s)
-    if plain is None:
+    plain = run.plain_call(run.typed_call(s))
+    slots = _instance_slots(run, typed)
+    if not slots:
         return
-    plain.requires_grad_()
+    plain_leaves, spec = tree_flatten(plain)
+    plain_inputs = [plain_leaves[k].requires_grad_() for k in slots]
     try:
-        want_out = [
-            t for t in result_tensors(seeded(lambda: s.info.op(plain, *s.args, **s.kwargs)))
-        ]
+        inp, args, kwargs = tree_unflatten(plain_leaves, spec)
+        want_out = result_tensors(seeded(lambda: s.info.op(inp, *args, **kwargs)))
         want_out = [t for t in want_out if t.requires_grad]
         if not want_out:
             return
         weights = [torch.randn_like(t) for t in want_out]
-        (want,) = torch.autograd.grad(_weighted_sum(want_out, weights), plain, allow_unused=True)
+        want = torch.autograd.grad(
+            _weighted_sum(want_out, weights), plain_inputs, allow_unused=True
+        )
     except Exception:
         return
-    x = run.make(s.input.detach().clone())
-    if x is None:
-        return
+    typed_leaves, spec = tree_flatten(typed)
     try:
-        x.requires_grad_()
-        got_out = [t for t in result_tensors(seeded(lambda: s.info.op(x, *s.args, **s.kwargs)))]
+        typed_inputs = [typed_leaves[k].requires_grad_() for k in slots]
+        inp, args, kwargs = tree_unflatten(typed_leaves, spec)
+        got_out = result_tensors(seeded(lambda: s.info.op(inp, *args, **kwargs)))
         got_out = [t for t in got_out if t.requires_grad]
         if len(got_out) != len(want_out):
             run.fail(
@@ -47,52 +54,66 @@ def check_autograd(run: Run, s: Sample, gradcheck: bool) -> None:
                 f"{len(got_out)} results require grad where the plain run has {len(want_out)}",
             )
             return
-        (got,) = torch.autograd.grad(
-            _weighted_sum([run.plain(t) for t in got_out], weights), x, allow_unused=True
+        got = torch.autograd.grad(
+            _weighted_sum([run.plain(t) for t in got_out], weights), typed_inputs, allow_unused=True
         )
     except Exception as err:
         run.fail("autograd", s, f"backward raised {type(err).__name__}: {err}")
         return
-    if want is None or got is None:
-        if (want is None) != (got is None):
-            run.fail("autograd", s, f"gradient {got!r} where the plain run gives {want!r}")
-        return
-    reason = compare_results(run.plain(got), want, exact=False)
-    if reason:
-        run.fail("autograd", s, "gradient: " + reason)
+    for k, (g, w) in enumerate(zip(got, want)):
+        which = "gradient" if len(slots) == 1 else f"gradient of instance {k}"
+        if w is None or g is None:
+            if (w is None) != (g is None):
+                run.fail("autograd", s, f"{which} {g!r} where the plain run gives {w!r}")
+            continue
+        reason = compare_results(run.plain(g), w, exact=False)
+        if reason:
+            run.fail("autograd", s, f"{which}: {reason}")
     if gradcheck:
         check_gradcheck(run, s)
+
+
+def _instance_slots(run: Run, typed: tuple) -> list[int]:
+    """The positions of the call's floating-point instances (those with a gradient)."""
+    leaves, _ = tree_flatten(typed)
+    return [
+        k
+        for k, x in enumerate(leaves)
+        if isinstance(x, run.cls) and getattr(x, "dtype", torch.int64).is_floating_point
+    ]
 
 
 def check_gradcheck(run: Run, s: Sample) -> None:
     """gradcheck through the type on the function's first float64 sample, where the
     plain function passes gradcheck on it (op_db's own float64 samples: converting a
-    float32 one can make it invalid, e.g. no longer positive definite)."""
+    float32 one can make it invalid, e.g. no longer positive definite). The tensors of
+    the input (the input, or each tensor of an input list) are the ones checked, each
+    made an instance."""
     try:
         sample = next(iter(s.info.sample_inputs("cpu", torch.float64)))
     except Exception:
         return
-    if not isinstance(sample.input, Tensor) or sample.input.layout != torch.strided:
+    leaves, spec = tree_flatten(sample.input)
+    if not leaves or not all(isinstance(t, Tensor) and t.layout == torch.strided for t in leaves):
         return
-    x64 = sample.input.detach().clone().requires_grad_()
+    inputs = tuple(t.detach().clone().requires_grad_() for t in leaves)
     args, kwargs = tuple(sample.args), dict(sample.kwargs)
 
-    def outputs(t):
-        return tuple(
-            t for t in result_tensors(s.info.op(t, *args, **kwargs)) if t.is_floating_point()
-        )
+    def outputs(*ts):
+        result = s.info.op(tree_unflatten(list(ts), spec), *args, **kwargs)
+        return tuple(t for t in result_tensors(result) if t.is_floating_point())
 
     try:
-        if not torch.autograd.gradcheck(outputs, (x64,), raise_exception=False, fast_mode=True):
+        if not torch.autograd.gradcheck(outputs, inputs, raise_exception=False, fast_mode=True):
             return  # the plain function does not pass it on this sample either
     except Exception:
         return
 
-    def through_type(t):
-        return tuple(run.plain(o) for o in outputs(run.make(t)))
+    def through_type(*ts):
+        return tuple(run.plain(o) for o in outputs(*(run.make(t) for t in ts)))
 
     try:
-        torch.autograd.gradcheck(through_type, (x64,), raise_exception=True, fast_mode=True)
+        torch.autograd.gradcheck(through_type, inputs, raise_exception=True, fast_mode=True)
     except Exception as err:
         run.fail("autograd", s, f"gradcheck (float64): {str(err).splitlines()[0]}")
 

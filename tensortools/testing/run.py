@@ -10,13 +10,13 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 
 from tensortools.coverage.samples import plain_values
 from tensortools.testing.report import Failure
-from tensortools.testing.samples import Sample
+from tensortools.testing.samples import Sample, tensor_leaves
 
-__all__ = ["Run", "method_of", "result_tensors"]
+__all__ = ["Run", "first_instance", "method_of", "result_tensors"]
 
 
 class Run:
@@ -57,37 +57,78 @@ class Run:
         def one(x):
             return self.densify(x) if isinstance(x, self.cls) else x
 
-        return plain_values(tree_map(one, obj, is_leaf=lambda x: isinstance(x, torch.Size)))
+        return plain_values(tree_map(one, obj, is_leaf=_is_size))
 
-    def want(self, fn: Callable, s: Sample, inp: Tensor) -> Any:
+    def want(self, fn: Callable, plain_call: tuple) -> Any:
+        inp, args, kwargs = plain_call
         if self.reference is not None:
-            return self.reference(fn, inp, s.args, s.kwargs)
-        return fn(inp, *s.args, **s.kwargs)
+            return self.reference(fn, inp, args, kwargs)
+        return fn(inp, *args, **kwargs)
 
     def type_problem(self, x: Any, result: Any) -> str:
+        """What breaks the type's rule in `result` of a call on `x` (an instance, or a call
+        or container holding instances: the rule is given the first)."""
+        x = first_instance(self.cls, x)
         if self.rule is not None:
             return self.rule(x, result)
-        for t in tree_leaves(result, is_leaf=lambda x: isinstance(x, torch.Size)):
+        for t in tree_leaves(result, is_leaf=_is_size):
             if isinstance(t, Tensor) and t.is_floating_point() and not isinstance(t, self.cls):
                 return f"a {type(t).__name__} result, not a {self.cls.__name__}"
         return ""
 
-    def typed(self, s: Sample) -> Any:
-        return self.make(s.input.detach().clone())
+    def typed_call(self, s: Sample) -> tuple | None:
+        """The sample's ``(input, args, kwargs)`` with the tensors it picks made into fresh
+        instances; None where `make` has an instance for none of them."""
+        picks, position, made = set(s.picks), iter(range(len(tensor_leaves(s.call)))), []
 
-    def stands_for(self, s: Sample) -> Tensor | None:
-        """The plain tensor an instance made from the sample's input stands for (the input
-        itself for a wrapper; the dense matrix for a structured type)."""
+        def one(t: Tensor) -> Any:
+            if next(position) not in picks:
+                return t
+            x = self.make(t.detach().clone())
+            if x is None:  # no stand-in for this tensor: it stays plain
+                return t
+            made.append(x)
+            return x
+
+        call = tree_map_only(Tensor, one, s.call, is_leaf=_is_size)
+        return call if made else None
+
+    def plain_call(self, typed_call: tuple) -> tuple:
+        """A typed call's plain counterpart: each instance as the plain tensor it stands
+        for (a copy: the plain run may change it in place)."""
+
+        def one(x):
+            return self.densify(x).detach().clone() if isinstance(x, self.cls) else x
+
+        return plain_values(tree_map(one, typed_call, is_leaf=_is_size))
+
+    def typed(self, s: Sample) -> Any:
+        """The sample's input with its picked tensors as instances (a tensor, or a list
+        or tuple); None where it holds no instance (see :meth:`typed_call`)."""
+        call = self.typed_call(s)
+        return None if call is None or first_instance(self.cls, call[0]) is None else call[0]
+
+    def stands_for(self, s: Sample) -> Any:
+        """The plain counterpart of :meth:`typed` (the input itself for a wrapper; the
+        dense matrix for a structured type)."""
         x = self.typed(s)
-        return None if x is None else self.plain(x).detach().clone()
+        return None if x is None else self.plain_call((x, (), {}))[0]
+
+
+def _is_size(x: Any) -> bool:
+    return isinstance(x, torch.Size)
+
+
+def first_instance(cls: type, obj: Any) -> Any:
+    """obj if it is an instance of cls, else the first instance inside it (None if none)."""
+    if isinstance(obj, cls):
+        return obj
+    leaves = tree_leaves(obj, is_leaf=lambda x: _is_size(x) or isinstance(x, cls))
+    return next((x for x in leaves if isinstance(x, cls)), None)
 
 
 def result_tensors(obj: Any) -> list[Tensor]:
-    return [
-        t
-        for t in tree_leaves(obj, is_leaf=lambda x: isinstance(x, torch.Size))
-        if isinstance(t, Tensor)
-    ]
+    return [t for t in tree_leaves(obj, is_leaf=_is_size) if isinstance(t, Tensor)]
 
 
 def method_of(x: Any, variant: Callable) -> Callable:

@@ -9,15 +9,19 @@ import pickle
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from tensortools.coverage.samples import compare_results
-from tensortools.testing.run import Run
+from tensortools.testing.run import Run, first_instance
 from tensortools.testing.samples import Sample
 
 __all__ = ["check_crafted_state_refused", "check_serialization"]
 
 
 def check_serialization(run: Run, s: Sample) -> None:
+    """Round trips of the sample's typed input: an instance, or a list or tuple of them
+    (each compared with its original); a sample whose instances are all in its further
+    arguments has none of its own (they are made as the input's are)."""
     x = run.typed(s)
     if x is None:
         return
@@ -29,26 +33,46 @@ def check_serialization(run: Run, s: Sample) -> None:
     for form, call in rounds.items():
         try:
             back = call()
+        except _Refused as refused:
+            run.fail("serialization", s, f"{form}: {refused}")
+            continue
         except Exception as err:
             run.fail("serialization", s, f"{form} raised {type(err).__name__}: {err}")
             continue
-        if type(back) is not type(x):
-            run.fail("serialization", s, f"{form} gave a {type(back).__name__}")
-            continue
-        reason = (
-            compare_results(run.plain(back), run.plain(x), exact=True)
-            or _state_differs(back, x)
-            or run.type_problem(x, back)
-        )
+        reason = _differs(run, back, x)
         if reason:
             run.fail("serialization", s, f"{form}: {reason}")
     check_crafted_state_refused(run, s)
 
 
+def _differs(run: Run, back: Any, x: Any) -> str:
+    """'' when back is x again (each instance of a list or tuple in turn): the same
+    types, values, attributes, and it follows the rule."""
+    is_leaf = lambda y: isinstance(y, (run.cls, torch.Size))  # noqa: E731
+    got, got_spec = tree_flatten(back, is_leaf=is_leaf)
+    want, want_spec = tree_flatten(x, is_leaf=is_leaf)
+    if got_spec != want_spec:
+        return f"gave {type(back).__name__} {got_spec} instead of {want_spec}"
+    for k, (b, w) in enumerate(zip(got, want)):
+        where = "" if len(want) == 1 else f"element {k}: "
+        if type(b) is not type(w):
+            return f"{where}gave a {type(b).__name__}"
+        if not isinstance(w, run.cls):
+            continue
+        reason = (
+            compare_results(run.plain(b), run.plain(w), exact=True)
+            or _state_differs(b, w)
+            or run.type_problem(w, b)
+        )
+        if reason:
+            return where + reason
+    return ""
+
+
 def check_crafted_state_refused(run: Run, s: Sample) -> None:
     """An instance whose state holds an object that runs code when unpickled: loading
     it with ``torch.load(weights_only=True)`` must refuse, never run it."""
-    x = run.typed(s)
+    x = first_instance(run.cls, run.typed(s))
     if x is None or not hasattr(x, "__dict__"):
         return
     try:
@@ -99,8 +123,29 @@ def _crafted_ran() -> None:
     _Crafted.ran = True
 
 
+class _Refused(Exception):
+    """weights_only loading refused a global the saved object needs."""
+
+
 def _save_load(x: Any) -> Any:
     buf = io.BytesIO()
     torch.save(x, buf)
     buf.seek(0)
-    return torch.load(buf, weights_only=True)
+    try:
+        return torch.load(buf, weights_only=True)
+    except pickle.UnpicklingError as err:
+        buf.seek(0)
+        try:
+            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(buf)
+        except Exception:
+            unsafe = []
+        if not unsafe:
+            raise
+        # torch's own message is a paragraph that a report cuts off before its advice:
+        # say in one line which class to declare, and where.
+        names = ", ".join(name.rsplit(".", 1)[-1] for name in unsafe)
+        raise _Refused(
+            f"torch.load(weights_only=True) refuses {', '.join(unsafe)} (not an allowed "
+            f"global): declare it with torch.serialization.add_safe_globals([{names}]), or to "
+            f"the kit with check_type(..., safe_globals=[{names}])"
+        ) from err

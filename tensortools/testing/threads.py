@@ -24,10 +24,12 @@ def check_threads(run: Run, samples: list[Sample]) -> None:
             break
         if _seeds_itself(s.info.op):
             continue  # it reseeds the generator all threads share: a race of its own
+        if run.typed_call(s) is None:
+            continue
         try:
-            want = run.plain(seeded(lambda s=s: s.info.op(run.typed(s), *s.args, **s.kwargs)))
+            want = run.plain(seeded(lambda s=s: _call(s, run.typed_call(s))))
             torch.default_generator.manual_seed(1)
-            again = run.plain(s.info.op(run.typed(s), *s.args, **s.kwargs))
+            again = run.plain(_call(s, run.typed_call(s)))
         except Exception:
             continue
         if compare_results(again, want, exact=True):
@@ -35,12 +37,13 @@ def check_threads(run: Run, samples: list[Sample]) -> None:
         calls.append((s, want))
     errors: list[tuple[Sample | None, str]] = []
     start = threading.Barrier(8, timeout=60)
-    # One instance per call, shared by every thread (calls that change their input in
-    # place, such as op_db's lambdas around in-place methods, get their own).
-    shared = {id(s): run.typed(s) for s, _ in calls}
+    # One set of instances per call (every instance of an input list or of the other
+    # arguments), shared by every thread (calls that change their input in place, such
+    # as op_db's lambdas around in-place methods, get their own).
+    shared = {id(s): run.typed_call(s) for s, _ in calls}
 
     def instance(s: Sample) -> Any:
-        return run.typed(s) if s.info.name.endswith("_") else shared[id(s)]
+        return run.typed_call(s) if s.info.name.endswith("_") else shared[id(s)]
 
     def work(k: int) -> None:
         try:
@@ -50,7 +53,7 @@ def check_threads(run: Run, samples: list[Sample]) -> None:
         order = calls[k % max(1, len(calls)) :] + calls[: k % max(1, len(calls))]
         for s, want in order * 4:
             try:
-                got = run.plain(s.info.op(instance(s), *s.args, **s.kwargs))
+                got = run.plain(_call(s, instance(s)))
             except Exception as err:
                 errors.append((s, f"raised {type(err).__name__} in a thread: {err}"))
                 continue
@@ -103,6 +106,11 @@ def check_setting_restores(run: Run, name: str, enter: Callable, read: Callable)
         problems.append(f"not restored: {read()!r} instead of {before!r}")
     for p in sorted(set(problems)):
         run.failures.append(Failure("threads", f"setting {name}", "8 threads", p))
+
+
+def _call(s: Sample, typed_call: tuple) -> Any:
+    inp, args, kwargs = typed_call
+    return s.info.op(inp, *args, **kwargs)
 
 
 def _seeds_itself(fn: Callable) -> bool:

@@ -3,6 +3,8 @@ in-place form has the same effect), and its results follow the type's rule."""
 
 from __future__ import annotations
 
+from torch import Tensor
+
 from tensortools.coverage.samples import UNDEFINED_VALUES, compare_results, seeded
 from tensortools.testing.run import Run, method_of, result_tensors
 from tensortools.testing.samples import Sample
@@ -12,15 +14,17 @@ __all__ = ["check_in_place", "check_values_and_types"]
 
 def check_values_and_types(run: Run, s: Sample, checks: tuple[str, ...]) -> None:
     fn = s.info.op
-    x, plain = run.typed(s), run.stands_for(s)
-    if x is None:
+    typed = run.typed_call(s)
+    if typed is None:
         return
+    plain = run.plain_call(run.typed_call(s))
     try:
-        want = seeded(lambda: run.want(fn, s, plain))
+        want = seeded(lambda: run.want(fn, plain))
     except Exception:
         return  # the plain call refuses the sample: nothing to compare
+    x, args, kwargs = typed
     try:
-        got = seeded(lambda: fn(x, *s.args, **s.kwargs))
+        got = seeded(lambda: fn(x, *args, **kwargs))
     except Exception as err:
         if run.refused_call(err):
             run.refuse("values", s, err)
@@ -37,22 +41,29 @@ def check_values_and_types(run: Run, s: Sample, checks: tuple[str, ...]) -> None
             run.fail("values", s, reason)
         check_in_place(run, s)
     if "types" in checks:
-        problem = run.type_problem(x, got)
+        problem = run.type_problem(typed, got)
         if problem:
             run.fail("types", s, problem)
 
 
 def check_in_place(run: Run, s: Sample) -> None:
+    """The in-place form (``x.exp_()``) changes the instance as it changes the plain
+    tensor, and returns it; only where the input is itself an instance (a method of a
+    list, or of a plain tensor, is not the type's)."""
     variant = s.info.inplace_variant
-    if variant is None:
+    typed = run.typed_call(s)
+    if variant is None or typed is None or not isinstance(typed[0], run.cls):
         return
-    x, plain = run.typed(s), run.stands_for(s)
+    x, args, kwargs = typed
+    plain, p_args, p_kwargs = run.plain_call(run.typed_call(s))
+    if not isinstance(plain, Tensor):
+        return
     try:
-        seeded(lambda: variant(plain, *s.args, **s.kwargs))
+        seeded(lambda: variant(plain, *p_args, **p_kwargs))
     except Exception:
         return
     try:
-        returned = seeded(lambda: method_of(x, variant)(*s.args, **s.kwargs))
+        returned = seeded(lambda: method_of(x, variant)(*args, **kwargs))
     except Exception as err:
         if run.refused_call(err):
             run.refuse("values", s, err)
