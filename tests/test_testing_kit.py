@@ -376,7 +376,8 @@ def test_coverage_command_runs_check_type(capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert "LoggingTensor: 579 functions" in out and "0 failures" in out
+    ran = testing.function_names()  # (every op_db function with a runnable sample)
+    assert f"LoggingTensor: {len(ran)} functions" in out and "0 failures" in out
 
 
 # --- tensors inside containers ----------------------------------------------------------------
