@@ -1,29 +1,56 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU and a CUDA build of torch: build tensortools with its
-# CUDA kernels, run the whole test suite, the benchmarks and compute-sanitizer over the
-# kernels, and write everything to one results folder.
+# CUDA kernels, run the tests, the benchmarks and compute-sanitizer over the kernels, and
+# write everything to one results folder.
 #
-#   bash scripts/gpu_check.sh [RESULTS_DIR]      (default: gpu-results/)
+#   bash scripts/gpu_check.sh [--quick] [--budget SECONDS] [RESULTS_DIR]
 #
-# Uses python3 (or $TENSORTOOLS_PYTHON) as it is: nothing is downloaded.
+# RESULTS_DIR defaults to gpu-results/. --quick runs the CUDA tests alone (in parallel
+# where pytest-xdist is installed), short benchmarks and the sanitizer over the kernels'
+# own tests; --budget stops each step where the whole run would pass SECONDS, so that a
+# lease of a few minutes still returns every log. The logs are also packed into
+# RESULTS_DIR/results.tar.gz. Uses python3 (or $TENSORTOOLS_PYTHON) as it is: nothing is
+# downloaded.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+QUICK=0
+BUDGET=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK=1; shift ;;
+    --budget) BUDGET="$2"; shift 2 ;;
+    *) break ;;
+  esac
+done
 OUT="${1:-gpu-results}"
 PY="${TENSORTOOLS_PYTHON:-python3}"
 mkdir -p "$OUT"
 export MAX_JOBS="${MAX_JOBS:-$(nproc)}"
+export PYTHONUNBUFFERED=1
 status=0
 
-step() {  # step NAME COMMAND...: run, keep its output in $OUT/NAME.log, remember failures
-  local name="$1"; shift
-  echo "== $name: $*"
+step() {  # step NAME CAP COMMAND...: run for at most CAP s (and the budget), log to $OUT/NAME.log
+  local name="$1" cap="$2"; shift 2
+  if [ "$BUDGET" -gt 0 ]; then
+    local left=$((BUDGET - SECONDS))
+    [ "$left" -lt "$cap" ] && cap=$left
+    if [ "$cap" -lt 10 ]; then
+      echo "== $name: skipped (budget spent)"; status=1; return 1
+    fi
+  fi
+  echo "== $name (at most $cap s): $*"
   local start=$SECONDS
-  "$@" >"$OUT/$name.log" 2>&1
+  timeout --kill-after=10 "$cap" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
   echo "   exit $rc after $((SECONDS - start)) s (log: $OUT/$name.log)"
+  [ $rc -eq 124 ] && echo "   | stopped at its time limit"
   tail -n 5 "$OUT/$name.log" | sed 's/^/   | /'
   [ $rc -eq 0 ] || status=1
   return $rc
+}
+
+pack() {  # every log in one file, for transports that bring back few files
+  tar czf /tmp/gpu-results.tar.gz -C "$OUT" --exclude results.tar.gz . && mv /tmp/gpu-results.tar.gz "$OUT/results.tar.gz"
 }
 
 {
@@ -33,24 +60,52 @@ step() {  # step NAME COMMAND...: run, keep its output in $OUT/NAME.log, remembe
   nvcc --version 2>&1 | tail -n 1
 } | tee "$OUT/machine.txt"
 
-step build "$PY" -m pip install --no-build-isolation --no-deps -e . || { echo "build failed"; exit 1; }
-step with-cuda "$PY" -c "import tensortools; assert tensortools.with_cuda, 'built without CUDA'; print('with_cuda', tensortools.with_cuda)"
-step tests "$PY" -m pytest -q -rs --junitxml="$OUT/tests.xml" tests
-# float32 and bfloat16; draw the JSON anywhere with matplotlib:
-#   python -m tensortools.bench.plot RESULTS_DIR/bench.json bench-gpu.png
-step bench "$PY" -m tensortools.bench --device cuda --json "$OUT/bench.json" --no-dispatch \
-  --no-sequence
-# The LLTM over whole sequences (float32; compiling the 128-step loops takes minutes).
-step bench-sequence "$PY" -m tensortools.bench --device cuda --dtype float32 --no-lltm \
-  --no-conv-bn --no-scalar --no-dispatch --size 16/32/128 --size 64/1024/128 --json "$OUT/sequence.json"
-step bandwidth "$PY" -m tensortools.bench.bandwidth
-if command -v compute-sanitizer >/dev/null; then
-  for tool in memcheck racecheck; do
-    step "sanitizer-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 \
-      "$PY" -m pytest -q -x -p no:cacheprovider -m cuda tests -k "not compile"
-  done
+FOREVER=100000
+if [ $QUICK -eq 1 ]; then
+  # The build for this GPU's architecture only, in place.
+  if [ -z "${TORCH_CUDA_ARCH_LIST:-}" ]; then
+    TORCH_CUDA_ARCH_LIST=$("$PY" -c "import torch; print('%d.%d' % torch.cuda.get_device_capability())")
+    export TORCH_CUDA_ARCH_LIST
+  fi
+  step build 400 "$PY" setup.py build_ext --inplace || { echo "build failed"; status=1; }
 else
-  echo "compute-sanitizer not found" | tee "$OUT/sanitizer.log"
+  step build $FOREVER "$PY" -m pip install --no-build-isolation --no-deps -e . \
+    || { echo "build failed"; exit 1; }
 fi
+step with-cuda 60 "$PY" -c "import tensortools; assert tensortools.with_cuda, 'built without CUDA'; print('with_cuda', tensortools.with_cuda)" \
+  || { pack; exit 1; }
+if [ $QUICK -eq 1 ]; then
+  par=()
+  "$PY" -c "import xdist" 2>/dev/null && par=(-n 8)
+  step tests 200 "$PY" -m pytest -q -rs -p no:cacheprovider "${par[@]}" -m cuda \
+    --junitxml="$OUT/tests.xml" tests
+  step sanitizer-memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    "$PY" -m pytest -q -x -p no:cacheprovider -m cuda tests/test_ops_axpby.py \
+    tests/test_ops_lltm.py tests/test_ops_conv_bn2d.py tests/test_ops_scalar_ops.py \
+    -k "not compile and not opcheck"
+  step bench 150 "$PY" -m tensortools.bench --device cuda --no-compile --no-dispatch \
+    --min-run-time 0.1 --rounds 2 --steps 32 --size 16/32/128 --size 64/1024/128 \
+    --size 256/1024/512 --json "$OUT/bench.json"
+else
+  step tests $FOREVER "$PY" -m pytest -q -rs --junitxml="$OUT/tests.xml" tests
+  # float32 and bfloat16; draw the JSON anywhere with matplotlib:
+  #   python -m tensortools.bench.plot RESULTS_DIR/bench.json bench-gpu.png
+  step bench $FOREVER "$PY" -m tensortools.bench --device cuda --json "$OUT/bench.json" \
+    --no-dispatch --no-sequence
+  # The LLTM over whole sequences (float32; compiling the 128-step loops takes minutes).
+  step bench-sequence $FOREVER "$PY" -m tensortools.bench --device cuda --dtype float32 \
+    --no-lltm --no-conv-bn --no-scalar --no-dispatch --size 16/32/128 --size 64/1024/128 \
+    --json "$OUT/sequence.json"
+  step bandwidth $FOREVER "$PY" -m tensortools.bench.bandwidth
+  if command -v compute-sanitizer >/dev/null; then
+    for tool in memcheck racecheck; do
+      step "sanitizer-$tool" $FOREVER compute-sanitizer --tool "$tool" --error-exitcode 1 \
+        "$PY" -m pytest -q -x -p no:cacheprovider -m cuda tests -k "not compile"
+    done
+  else
+    echo "compute-sanitizer not found" | tee "$OUT/sanitizer.log"
+  fi
+fi
+pack
 echo "results in $OUT/ (exit $status)"
 exit $status

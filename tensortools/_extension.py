@@ -85,7 +85,16 @@ def build_config() -> BuildConfig:
         # The sanitizer flags come last, so their -O1 wins over -O3.
         cxx_flags=[*opt, "-fopenmp", "-fno-trapping-math", "-fno-math-errno", *san_flags],
         nvcc_flags=opt,
-        link_flags=["-fopenmp", *([f"-fsanitize={sanitize}"] if sanitize else [])],
+        # -lstdc++ before the driver's own: a compiler set up to link libstdc++
+        # statically (seen on a GPU machine) would give the extension a second C++
+        # runtime, whose locale ids differ from torch's; a stream made here and written to
+        # by libc10 (a SymInt in an error message) then crashes. Linked first, the shared
+        # libstdc++ torch uses provides every symbol, and the static one adds nothing.
+        link_flags=[
+            *(["-lstdc++"] if sys.platform.startswith("linux") else []),
+            "-fopenmp",
+            *([f"-fsanitize={sanitize}"] if sanitize else []),
+        ],
     )
 
 

@@ -191,3 +191,33 @@ def test_run_script_says_how_long_the_tests_took_and_keeps_their_status():
     missing = _run_script("test", "-q", "-p", "no:cacheprovider", "tests/no_such_file.py")
     assert missing.returncode == 4  # pytest's "usage error", passed through
     assert "tests took" in missing.stderr
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or shutil.which("readelf") is None,
+    reason="reads the extension's ELF dynamic section with readelf",
+)
+def test_the_extension_shares_torchs_cpp_runtime():
+    # A compiler that links libstdc++ statically gave the extension a second C++ runtime
+    # (seen on a GPU machine): every error message that printed a size crashed the process.
+    needed = subprocess.run(
+        ["readelf", "-dW", tensortools._C.__file__], capture_output=True, text=True, check=True
+    ).stdout
+    assert "libstdc++.so" in needed, needed
+
+
+def test_a_message_printed_by_libc10_does_not_crash_the_process():
+    # The check's message streams the input's SymInt sizes through libc10's operator<<,
+    # the call that crashed with two C++ runtimes in the process: run in a subprocess.
+    code = (
+        "import torch, tensortools\n"
+        "try:\n"
+        "    torch.ops.tensortools.add_diagonal(torch.zeros(3), torch.tensor(0.0))\n"
+        "except ValueError as err:\n"
+        "    print(err)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "'input' must be a square matrix" in proc.stdout and "got shape [3]" in proc.stdout

@@ -582,9 +582,16 @@ def _conv_bn2d_backward_reference(
 
 
 def _conv_bn2d_eval_reference(input, weight, mean, var, gamma, beta, stride, padding, eps):
-    return reference.fused_conv_bn2d(
-        input, weight, mean, var, gamma, beta, stride, padding, training=False, eps=eps
-    )
+    """Batch norm's eval step over the convolution, written out (torch's batch_norm
+    refuses an eps of 0 also in eval before torch 2.13)."""
+    channel = (1, -1, 1, 1)
+    z = torch.nn.functional.conv2d(input, weight, None, stride, padding)
+    out = (z - mean.reshape(channel)) * torch.rsqrt(var + eps).reshape(channel)
+    if gamma is not None:
+        out = out * gamma.reshape(channel)
+    if beta is not None:
+        out = out + beta.reshape(channel)
+    return out
 
 
 def _conv_bn2d_update_stats_reference(running_mean, running_var, output, mean, var, momentum):
@@ -619,6 +626,8 @@ class TestSamples(OperatorTests):
     dtypes = {"conv_bn2d_update_stats": dict.fromkeys(("cpu", "cuda"), FLOATING["cuda"])}
     # outputs are normalised (order 1): a few half ulps of 1..4
     tolerance = 40.0
+    # cuDNN's backward of a convolution may add its terms in another order on each call
+    nondet_tol = {"cuda": 1e-10}
 
 
 sample_inputs = TestSamples.sample_inputs

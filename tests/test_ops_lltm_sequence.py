@@ -696,12 +696,27 @@ def test_lltm_sequence_half_types_backward_against_float64(dtype):
 
 
 @pytest.mark.cuda
-def test_lltm_sequence_launches_at_most_two_kernels_per_step_forward():
+def test_lltm_sequence_launches_one_kernel_per_step_beside_its_product():
+    """Per step, the forward launches the recurrent product (however many kernels cuBLAS
+    takes for it: a split-K product takes two) and one pointwise kernel, nothing else."""
     from tensortools.bench import kernel_count
 
-    args = make_sequence_args(1, 16, 32, 128, dtype=torch.float32, device="cuda")
-    counts = {}
+    B, F, S = 16, 32, 128
+    args = make_sequence_args(1, B, F, S, dtype=torch.float32, device="cuda")
+    W_h_t = args[1][:, :S].t().contiguous()
+    gates = torch.randn(16, B, 3 * S, device="cuda")
+    hs = torch.randn(16, B, S, device="cuda")
+
+    def products(steps):
+        for t in range(steps):
+            gates[t].addmm_(hs[t], W_h_t)
+
+    op, alone = {}, {}
     for steps in (8, 16):
-        seq = [torch.randn(steps, 16, 32, device="cuda"), *args[1:]]
-        counts[steps] = kernel_count(lambda: ops.lltm_sequence(*seq), "cuda")
-    assert (counts[16] - counts[8]) / 8 <= 2, counts
+        seq = [torch.randn(steps, B, F, device="cuda"), *args[1:]]
+        op[steps] = kernel_count(lambda: ops.lltm_sequence(*seq), "cuda")
+        alone[steps] = kernel_count(lambda: products(steps), "cuda")
+    per_step = (op[16] - op[8]) / 8
+    product_per_step = (alone[16] - alone[8]) / 8
+    assert product_per_step >= 1, alone
+    assert per_step <= product_per_step + 1, (op, alone)

@@ -62,7 +62,15 @@ def _conv_bn_networks(dtype: torch.dtype, device: str) -> dict[str, torch.nn.Mod
 
 
 def _peak_memory(step: Callable[[], object], device: str) -> int:
-    """Peak bytes of tensor memory on `device` while step() runs (profiler timeline)."""
+    """Peak bytes of tensor memory on `device` while step() runs: on a GPU from the
+    caching allocator's statistics, on the CPU from the profiler's memory timeline."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        step()
+        torch.cuda.synchronize(dev)
+        return torch.cuda.max_memory_allocated(dev)
     with torch.profiler.profile(profile_memory=True, record_shapes=True, with_stack=True) as prof:
         step()
     with tempfile.TemporaryDirectory() as tmp:
@@ -117,6 +125,11 @@ def conv_bn_rows(
     ]
 
 
+def _ratio(value: float, base: float) -> str:
+    """value / base as the table prints it; 'n/a' where the baseline measured nothing."""
+    return f"{value / base:>5.2f}x" if base else "  n/a "
+
+
 def format_conv_bn_table(rows: list[ConvBNRow]) -> str:
     """A text table of conv_bn_rows, each figure also as a ratio to the first row's (the
     unfused network's)."""
@@ -132,8 +145,8 @@ def format_conv_bn_table(rows: list[ConvBNRow]) -> str:
         any_noisy |= noisy
         lines.append(
             f"{r.variant:<22} {r.saved_bytes / mib:>8.1f} MiB ({r.saved_tensors:>2} tensors) "
-            f"{r.saved_bytes / base.saved_bytes:>5.2f}x {r.peak_bytes / mib:>8.1f} MiB "
-            f"{r.peak_bytes / base.peak_bytes:>5.2f}x {r.median_us / 1e3:>8.2f}ms "
+            f"{_ratio(r.saved_bytes, base.saved_bytes)} {r.peak_bytes / mib:>8.1f} MiB "
+            f"{_ratio(r.peak_bytes, base.peak_bytes)} {r.median_us / 1e3:>8.2f}ms "
             f"(IQR {r.iqr_us / 1e3:>5.2f}) {time_ratio(r.median_us, base.median_us, noisy):>7}"
         )
     what = f"ratios: the row's figure over {base.variant}'s (below 1.00x: less memory, or faster)"
