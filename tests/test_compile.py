@@ -3,6 +3,8 @@ values and metadata of eager; LoggingTensor and ScalarTensor work with graph bre
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from torch._dynamo.utils import counters
@@ -45,6 +47,52 @@ def test_metadata_tensor_chain_is_one_graph(dtype):
     assert graphs() == 1
     assert_same(out, _chain(m))
     assert out.metadata is not m.metadata  # each result holds its own dict
+
+
+_M = torch.randn(3, 4)
+
+
+def _python_operators(x):
+    """Every operator torch.Tensor writes in Python (reflected and floor-division ones,
+    pow), each on a result made in the graph, with a number or a plain tensor on the
+    other side."""
+    y = x + 0.5
+    return (
+        1.5 - y,
+        2.0 / y,
+        2.0**y,
+        y**2,
+        y // 0.3,
+        7.0 // y,
+        7.0 % y,
+        _M @ y,
+        3 << (y > 1).to(torch.int64),
+        64 >> (y > 1).to(torch.int64),
+        y - x,
+        x + y,
+        x * y,
+    )
+
+
+@pytest.mark.parametrize("cls", [MetadataTensor, LoggingTensor])
+def test_operators_written_in_python_compile_as_eager(cls):
+    # Traced, 1.5 - y came back to __torch_function__ from torch's Python wrapper of
+    # __rsub__ until it raised TypeError; routing the plain call past the wrapper through
+    # a dict keyed by the wrappers then made dynamo answer for the wrong key (x + y ran as
+    # x - y). Every such operator, among others, in one compiled function.
+    def make():
+        x = torch.rand(4) + 0.5
+        return cls(x, {"k": 1}) if cls is MetadataTensor else cls(x)
+
+    x = make()
+    eager = _python_operators(x)
+    with capture_logs() if cls is LoggingTensor else contextlib.nullcontext():
+        compiled = torch.compile(_python_operators, backend="eager")(x)
+    assert len(compiled) == len(eager)
+    for i, (out, expected) in enumerate(zip(compiled, eager)):
+        assert type(out) is type(expected), i
+        assert getattr(out, "metadata", None) == getattr(expected, "metadata", None), i
+        torch.testing.assert_close(plain(out), plain(expected), rtol=0, atol=0, msg=str(i))
 
 
 def test_metadata_tensor_with_inductor_equals_compiled_plain():

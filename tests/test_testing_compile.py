@@ -1,0 +1,128 @@
+"""The kit's compile check: each function compiled alone and chained with others in one
+compiled function, compared with eager (values, the run's rule, results' attributes)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, testing
+
+pytestmark = pytest.mark.slow  # torch.compile
+
+# Functions whose chains show the hazard on a type that breaks the graph (add then mul
+# in their method forms), and one more.
+OPS = ["add", "mul", "exp"]
+
+
+class GraphBreaking(torch.Tensor):
+    """As MONAI's MetaTensor: correct in eager, its __torch_function__ breaks the graph
+    after the call (MONAI's metadata code is what dynamo cannot trace)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        result = super().__torch_function__(func, types, args, kwargs or {})
+        torch._dynamo.graph_break()
+        return result
+
+
+def graph_breaking(t: torch.Tensor) -> GraphBreaking:
+    return t.as_subclass(GraphBreaking)
+
+
+class Tagged(torch.Tensor):
+    """Results take the first argument's tag, but not under torch.compile: a type whose
+    compiled results keep their class and lose their attributes."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        result = super().__torch_function__(func, types, args, kwargs or {})
+        if isinstance(result, Tagged) and not torch.compiler.is_compiling():
+            result.tag = getattr(args[0], "tag", None)
+        return result
+
+
+def tagged(t: torch.Tensor) -> Tagged:
+    x = t.as_subclass(Tagged)
+    x.tag = "a"
+    return x
+
+
+def compile_failures(cls, make, ops=None, **options):
+    report = testing.check_type(
+        cls, make, ops=ops, checks=["compile"], raise_on_failure=False, **options
+    )
+    return [f.reason for f in report.failures]
+
+
+def test_the_graph_breaking_type_is_correct_in_eager_and_alone():
+    x = graph_breaking(torch.arange(4.0))
+    plain = torch.arange(4.0)
+    for call in (lambda t: t + 0.5, lambda t: t.mul(2), lambda t: torch.exp(t)):
+        torch._dynamo.reset()
+        got = torch.compile(call, backend="eager")(x)
+        torch.testing.assert_close(got.as_subclass(torch.Tensor), call(plain))
+
+
+def test_chains_catch_what_each_function_alone_does_not():
+    reasons = compile_failures(GraphBreaking, graph_breaking, OPS)
+    assert reasons, "the compile check missed the graph-breaking type's wrong values"
+    assert all(r.startswith("chained") for r in reasons), reasons  # (alone: all right)
+    assert any("(x + 0.5) * 2 - x / 3" in r for r in reasons)
+    assert any("chained with add" in r for r in reasons)  # add then mul, in one function
+
+
+def test_monai_metatensor_arithmetic_chain_is_caught():
+    monai = pytest.importorskip("monai.data")
+    reasons = compile_failures(monai.MetaTensor, monai.MetaTensor, ["add"])
+    assert any("(x + 0.5) * 2 - x / 3" in r and "differ" in r for r in reasons), reasons
+
+
+def test_compiled_results_keep_eagers_attributes():
+    reasons = compile_failures(Tagged, tagged, ["exp"])
+    assert any("'tag'" in r for r in reasons), reasons
+
+
+class _Spy:
+    """torch.compile, recording the names of the functions it compiles."""
+
+    def __init__(self):
+        self.names, self.compile = [], torch.compile
+
+    def __call__(self, fn, **kwargs):
+        self.names.append(fn.__name__)
+        return self.compile(fn, **kwargs)
+
+
+def _scalar(t: torch.Tensor) -> ScalarTensor | None:
+    if isinstance(t, torch.Tensor) and t.dim() == 2 and t.shape[0] == t.shape[1]:
+        return ScalarTensor(t.shape[0], 1.5, dtype=t.dtype)
+    return None
+
+
+# (ScalarTensor's results may be ScalarTensors or dense: values are what count)
+CORRECT = {
+    # (the chain found compiled `1.5 - x` after another call raising TypeError here)
+    "MetadataTensor": (MetadataTensor, lambda t: MetadataTensor(t, {"k": 1}), {}),
+    "LoggingTensor": (LoggingTensor, LoggingTensor, {}),
+    # (functions whose samples are square matrices, which ScalarTensor stands for)
+    "ScalarTensor": (
+        ScalarTensor,
+        (_scalar, ScalarTensor.tensor),
+        {"rule": lambda x, r: "", "ops": ["linalg.det", "trace", "mm"]},
+    ),
+}
+
+
+@pytest.mark.parametrize("cls, make, options", CORRECT.values(), ids=CORRECT)
+def test_correct_types_pass_the_chains(cls, make, options, monkeypatch):
+    spy = _Spy()
+    monkeypatch.setattr(torch, "compile", spy)
+    assert compile_failures(cls, make, **{"ops": OPS, **options}) == []
+    assert {"arithmetic_chain", "chain"} <= set(spy.names)  # (the chains ran)
+
+
+def test_uninitialised_results_are_compared_by_dtype_and_shape():
+    ops = ["empty_like", "new_empty"]
+    reasons = compile_failures(LoggingTensor, LoggingTensor, ops, max_samples=4, compile_samples=4)
+    assert reasons == []
