@@ -79,6 +79,33 @@ def test_sequence_rows_cover_every_variant_with_flops_and_memory():
     assert table[1 + len(rows)].startswith("time ratio:") and "large GEMM:" in table[-1]
 
 
+def test_recurrent_rows_compare_every_layer_with_lstm_in_both_phases():
+    from tensortools.bench.recurrent import format_recurrent_table, gate_flops, recurrent_rows
+
+    rows = recurrent_rows([(2, 3, 4)], [5], min_run_time=0.01, rounds=1)
+    cases = {(r.kind, r.steps, r.phase, r.layer) for r in rows}
+    assert cases == {
+        (kind, steps, phase, layer)
+        for kind, steps in (("sequence", 5), ("cell", 1))
+        for phase in ("training", "inference")
+        for layer in ("LLTM", "LSTM", "GRU")
+    }
+    # forward: [h | x] (B x (S+F)) by (S+F) x G*S per step; training adds h's and the
+    # weights' gradients (the input needs none)
+    forward = 2 * 2 * 3 * 4 * 7
+    assert gate_flops("LLTM", 5, (2, 3, 4), "inference") == 5 * forward
+    assert gate_flops("LSTM", 5, (2, 3, 4), "inference") == 5 * forward * 4 / 3
+    assert gate_flops("GRU", 5, (2, 3, 4), "training") == 5 * (2 * forward + 2 * 2 * 3 * 4 * 4)
+    for r in rows:
+        assert r.median_us > 0 and r.gemm_gflops > 0
+        expected = gate_flops(r.layer, r.steps, r.size, r.phase) / r.median_us / 1e3
+        assert abs(r.gflops - expected) < 1e-9
+    table = format_recurrent_table(rows).splitlines()
+    # nn.LSTM (LSTMCell) against itself: one 1.00x per kind and phase
+    assert sum(" LSTM " in line and "1.00x" in line for line in table[1 : 1 + len(rows)]) == 4
+    assert table[1 + len(rows)].startswith("time ratio:") and "large GEMM:" in table[-1]
+
+
 def test_kernel_count_leaves_out_views_and_nested_calls():
     x = torch.randn(4, 4)
     assert bench.kernel_count(lambda: x.t().contiguous()) == 1  # the copy only

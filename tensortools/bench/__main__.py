@@ -30,6 +30,12 @@ from tensortools.bench import (
     sequence_rows,
 )
 from tensortools.bench.peers import format_peer_table, peer_rows
+from tensortools.bench.recurrent import (
+    RECURRENT_SIZES,
+    RECURRENT_STEPS,
+    format_recurrent_table,
+    recurrent_rows,
+)
 from tensortools.bench.scalar import SCALAR_SIZES, format_scalar_table, scalar_rows
 
 
@@ -130,6 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="time only the MetadataTensor and MONAI rows of --peers",
     )
+    parser.add_argument(
+        "--recurrent",
+        action="store_true",
+        help="also time nn.LLTMSequence against torch.nn.LSTM and nn.GRU, and nn.LLTM "
+        "against nn.LSTMCell (training and inference; --size and --steps pick the cases)",
+    )
+    parser.add_argument(
+        "--recurrent-only", action="store_true", help="time only the rows of --recurrent"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument(
         "--plot", metavar="PATH", help="also draw the results (PNG, SVG or PDF; needs matplotlib)"
@@ -143,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     quiet_profiler()
     if args.peers_only:
         args.peers = args.no_lltm = args.no_sequence = args.no_conv_bn = True
+        args.no_scalar = args.no_dispatch = True
+    if args.recurrent_only:
+        args.recurrent = args.no_lltm = args.no_sequence = args.no_conv_bn = True
         args.no_scalar = args.no_dispatch = True
 
     machine = machine_summary()
@@ -219,6 +237,20 @@ def main(argv: list[str] | None = None) -> int:
                 min_run_time=args.min_run_time, rounds=args.rounds
             )
             print(format_dispatch_table(results["compiled"]))
+    if args.recurrent:
+        print(f"\nThe LLTM against torch's recurrent layers ({args.device})")
+        results["recurrent"] = []
+        for name in dtypes:
+            results["recurrent"] += recurrent_rows(
+                args.size or RECURRENT_SIZES,
+                args.steps or RECURRENT_STEPS,
+                dtype=getattr(torch, name),
+                device=args.device,
+                min_run_time=args.min_run_time,
+                rounds=args.rounds,
+                progress=progress,
+            )
+        print(format_recurrent_table(results["recurrent"]))
     if args.peers:
         print("\nMetadataTensor beside MONAI's MetaTensor (float32, CPU)")
         results["peers"] = peer_rows(min_run_time=args.min_run_time, rounds=args.rounds)
