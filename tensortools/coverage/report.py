@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import textwrap
 import warnings
 from collections.abc import Callable
 
+from tensortools._progress import Progress
 from tensortools.coverage.classify import OUTCOMES, outcome, overridable_functions
 from tensortools.coverage.samples import (
     SAMPLE_RESULTS,
@@ -236,37 +236,6 @@ def _means(cls: type) -> dict[str, str]:
     return {"handled": spec.handled_means, "fallback": spec.fallback_means, "refused": refused}
 
 
-class _Progress:
-    """A tqdm bar on stderr, or nothing where tqdm is missing or progress is off."""
-
-    def __init__(self, total: int, desc: str, enabled: bool):
-        self.bar = None
-        if enabled:
-            try:
-                from tqdm import tqdm
-            except ImportError:  # progress bars are a nicety; the report does not need them
-                return
-            # Redrawn in place on a terminal; in a log, now and then.
-            interval = 0.1 if sys.stderr.isatty() else 10.0
-            self.bar = tqdm(
-                total=total,
-                desc=desc,
-                unit="op",
-                file=sys.stderr,
-                leave=False,
-                mininterval=interval,
-                miniters=1,
-            )
-
-    def step(self) -> None:
-        if self.bar is not None:
-            self.bar.update()
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def report(
     cls: type, *, samples: bool = True, max_samples: int = 2, progress: bool = False
 ) -> CoverageReport:
@@ -293,7 +262,7 @@ def report(
         with warnings.catch_warnings():
             # The ops' own deprecation and beta warnings, once per sample otherwise.
             warnings.simplefilter("ignore")
-            bar = _Progress(op_db_size(), f"{cls.__name__}: op_db", progress)
+            bar = Progress(op_db_size(), f"{cls.__name__}: op_db", progress, unit="op")
             try:
                 for opname, op, inp, args, kwargs in sample_cases(max_samples, on_entry=bar.step):
                     result = check_sample(cls, op, inp, args, kwargs, opname)
