@@ -95,6 +95,41 @@ def test_operators_written_in_python_compile_as_eager(cls):
         torch.testing.assert_close(plain(out), plain(expected), rtol=0, atol=0, msg=str(i))
 
 
+class _SubDiv(TensorWrapper):
+    """A user's type with handlers for sub and div (and so for their reflected forms)."""
+
+
+def _marked(fn, shift):
+    def handler(*args, **kwargs):
+        with torch._C.DisableTorchFunctionSubclass():
+            args = [plain(a) if isinstance(a, torch.Tensor) else a for a in args]
+            return _SubDiv._make(fn(*args, **kwargs) + shift)
+
+    return handler
+
+
+_SubDiv.implements(torch.sub)(_marked(torch.sub, 1000.0))
+_SubDiv.implements(torch.div)(_marked(torch.div, -1000.0))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,  # (the values differ, or dynamo's guard fails)
+    reason="dynamo takes one of Tensor's Python-written operators for another: 2.0 / y ran "
+    "the __rsub__ handler (docs/writing-a-type.md, Under torch.compile)",
+)
+def test_handlers_of_two_python_written_operators_compile_as_eager():
+    def f(x):
+        y = x + 0.5
+        return 1.5 - y, 2.0 / y
+
+    x = _SubDiv._make(torch.rand(3) + 0.5)
+    eager = f(x)
+    compiled = torch.compile(f, backend="eager")(x)
+    for out, expected in zip(compiled, eager):
+        torch.testing.assert_close(plain(out), plain(expected), rtol=0, atol=0)
+
+
 def test_metadata_tensor_with_inductor_equals_compiled_plain():
     x = torch.randn(1000)
     m = MetadataTensor(x, {"k": 1})

@@ -54,6 +54,29 @@ _OPERATORS: dict[str, tuple[tuple[str, bool], ...]] = {
 }
 
 
+def _python_operator_code() -> Any:
+    """The code of torch's wrapper around Tensor's operators written in Python
+    (``__rsub__``, ``__rdiv__``, ``__rpow__``, ``__floordiv__``, ...; each keeps the
+    function it wraps as ``__wrapped__``), or None for a torch that has none."""
+    marker = getattr(
+        torch._tensor, "_handle_torch_function_and_wrap_type_error_to_not_implemented", None
+    )
+    return None if marker is None else marker(lambda self: self).__code__
+
+
+_PYTHON_OPERATOR = _python_operator_code()
+
+
+def is_python_operator(func: Any) -> bool:
+    """Whether func is one of Tensor's operators written in Python (see
+    :func:`_python_operator_code`), told apart by their code, not looked up in a dict:
+    traced by torch.compile, a dict keyed by these wrappers (which share one code object)
+    answered for the wrong key (``x + y`` ran as ``x - y``). A type's own handlers for them
+    are still looked up by key; traced, dynamo may miss them or take another's
+    (docs/writing-a-type.md, "Under torch.compile")."""
+    return _PYTHON_OPERATOR is not None and getattr(func, "__code__", None) is _PYTHON_OPERATOR
+
+
 def aliases_of(func: Callable) -> list[tuple[Callable, bool]]:
     """The ``Tensor`` method and operator forms of a ``torch.*`` function.
 

@@ -18,7 +18,11 @@ from torch.utils._pytree import SUPPORTED_NODES, tree_leaves, tree_map_only
 from tensortools._native import C as _C
 from tensortools._settings import OVERRIDES
 from tensortools.dispatch.in_place import written_arguments
-from tensortools.dispatch.table import TorchFunctionTable, refusing_endless_recursion
+from tensortools.dispatch.table import (
+    TorchFunctionTable,
+    is_python_operator,
+    refusing_endless_recursion,
+)
 
 __all__ = [
     "NO_WRAP",
@@ -252,8 +256,13 @@ class TensorWrapper(TorchFunctionTable, Tensor):
         Returns the result and, when another overriding type took part (and so got this
         type's instances as plain aliases), a map from those aliases back to them.
         """
-        if _PYTHON_OPERATOR is not None and getattr(func, "__code__", None) is _PYTHON_OPERATOR:
-            func = func.__wrapped__  # (see _python_operator_code)
+        if is_python_operator(func):
+            # The function it wraps computes without asking __torch_function__ again. The
+            # wrapper asks has_torch_function, which torch.compile answers with no regard
+            # for disabled subclass dispatch: traced, `1.5 - x` came back here until it
+            # raised, and Python said the operands were unsupported. Eager, both give the
+            # same result.
+            func = func.__wrapped__
         if not any(_is_foreign(cls, t) for t in types):
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs), {}
@@ -270,27 +279,6 @@ class TensorWrapper(TorchFunctionTable, Tensor):
             return result
         return wrap_outputs(cls, result, context, originals, call)
 
-
-def _python_operator_code() -> Any:
-    """The code of torch's wrapper around Tensor's operators written in Python
-    (``__rsub__``, ``__rdiv__``, ``__rpow__``, ``__floordiv__``, ...; each wrapper keeps
-    the function it wraps as ``__wrapped__``), or None for a torch that has none.
-
-    The plain call of such an operator calls the function it wraps, which computes without
-    asking ``__torch_function__`` again. The wrapper asks ``has_torch_function``, which
-    torch.compile answers with no regard for disabled subclass dispatch: traced, ``1.5 -
-    x`` came back to the type's ``__torch_function__`` until it raised, and Python said the
-    operands were unsupported. Eager, both give the same result. The operators are told
-    apart by their code, not looked up in a dict: traced, a dict keyed by these wrappers
-    (which share one code object) answered for the wrong key, and ``x + y`` ran as
-    ``x - y``."""
-    marker = getattr(
-        torch._tensor, "_handle_torch_function_and_wrap_type_error_to_not_implemented", None
-    )
-    return None if marker is None else marker(lambda self: self).__code__
-
-
-_PYTHON_OPERATOR = _python_operator_code()
 
 #: Results left as they are: torch's own list (property getters such as .grad) and the
 #: pickling protocol, whose result describes the tensor rather than being one.
