@@ -2,11 +2,12 @@
 
 :func:`check_type` runs PyTorch's own operator samples (``op_db``, which needs the
 ``expecttest`` package) through a type and compares every answer with the plain
-computation, then checks the method and operator forms, autograd, serialization, threads
-and ``torch.compile``. It raises one :class:`TypeCheckError` that lists every failure
-(check, function, sample, what differed). :func:`parametrize` gives one pytest test per
-function, so a suite reports failures by name. ``docs/testing-a-type.md`` has a worked
-example.
+computation (also on non-contiguous layouts and under type promotion), then checks that
+calls leave their inputs unchanged and unreferenced, the method and operator forms,
+autograd, serialization, threads and ``torch.compile``. It raises one
+:class:`TypeCheckError` that lists every failure (check, function, sample, what
+differed). :func:`parametrize` gives one pytest test per function, so a suite reports
+failures by name. ``docs/testing-a-type.md`` has a worked example.
 """
 
 from __future__ import annotations
@@ -19,11 +20,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tensortools.coverage.spec import spec_for
+from tensortools.coverage.spec import CoverageSpec, spec_for
 from tensortools.testing.aliases import check_aliases
 from tensortools.testing.autograd import check_autograd
 from tensortools.testing.binding import check_binding
 from tensortools.testing.compiled import check_compile
+from tensortools.testing.layouts import check_layouts
+from tensortools.testing.leaks import check_leaks
+from tensortools.testing.modules import check_modules
+from tensortools.testing.mutation import check_mutation
+from tensortools.testing.promotion import check_promotion, promotion_samples
 from tensortools.testing.report import Failure, TypeCheckError, TypeCheckReport
 from tensortools.testing.run import Run
 from tensortools.testing.samples import function_names, op_samples
@@ -46,12 +52,17 @@ __all__ = [
 CHECKS = (
     "values",
     "types",
+    "layouts",
+    "mutation",
+    "promotion",
     "aliases",
     "binding",
     "autograd",
     "serialization",
+    "leaks",
     "threads",
     "compile",
+    "modules",
 )
 
 Make = Callable[[Tensor], Any]
@@ -84,8 +95,13 @@ def check_type(
     plain tensor it stands for (default: the instance as a plain tensor). `reference`,
     when given, computes the expected result from ``(function, plain input, args,
     kwargs)``; by default the function runs on the plain input. `rule(instance, result)`
-    says what breaks the type's rules in a result ('' when nothing does; by default:
-    floating-point results must be of the type); `instance` is the call's first instance.
+    says what breaks the type's rules in a result ('' when nothing does); `instance` is
+    the call's first instance. By default floating-point results must be of the type,
+    and where the type registered a rule with its coverage hooks
+    (:func:`tensortools.coverage.spec.register`, ``result_problem``), the ``types`` check
+    also judges results by it: on the run's own instances where the rule holds for them,
+    else on a second run of the sample on instances the hooks make (a rule written for
+    the hooks' instances, as MetadataTensor's is for their metadata).
     `ops` restricts the functions (op_db names such as ``"exp"``, ``"flip"``); `dtypes`
     and `max_samples` pick each function's samples.
 
@@ -102,6 +118,16 @@ def check_type(
     - ``values``: the sample on the type equals the plain run (the sample dtype's
       tolerance); the in-place form has the same effect;
     - ``types``: results follow the type's rules (`rule`);
+    - ``layouts``: each function's first sample, its instances made of non-contiguous
+      tensors (transposed where they have two dims or more, every other element of a
+      larger tensor, a floating-point tensor expanded from a size-1 slice), equals the
+      plain run on tensors of the same layout (op_db's samples are contiguous);
+    - ``mutation``: each function's first sample leaves its instances as they were: the
+      values they stand for, size, strides, dtype and their attributes (in-place and
+      ``out=`` forms, and calls whose plain run changes its input, are left out);
+    - ``promotion``: each function's first int64 and bool sample, and its first float32
+      sample with the other floating-point tensors as float64, int64, a 0-d float64
+      tensor or a Python number, give the plain run's result dtype and values;
     - ``aliases``: method, operator and reflected-operator forms agree with the function;
     - ``binding``: the function and method forms with their positional arguments passed
       by torch's names (``torch.linalg.det(A=x)``, ``x.sum(dim=0)``) and by the NumPy
@@ -116,6 +142,9 @@ def check_type(
       (classes, as for ``torch.serialization.safe_globals``) are allowed to load during
       this check, for a type that does not declare itself with
       ``torch.serialization.add_safe_globals``;
+    - ``leaks``: after each function's first sample on fresh instances, its result
+      dropped, nothing keeps the instances (or the tensors they hold as attributes)
+      alive;
     - ``threads``: up to 16 deterministic calls, each on one instance shared by 8 threads
       and repeated, give the eager results, and
       each of `settings` (name -> (context-manager factory, reader of the current value))
@@ -151,6 +180,8 @@ def check_type(
     started = time.perf_counter()
     run = Run(cls, make, densify, reference, rule, settings, refusals)
     run.structured = structured
+    if rule is None:
+        run.own_rule = _own_rule(cls)
     samples = list(op_samples(ops, dtypes, max_samples, tuple(instances)))
     if ops is not None:  # a function asked for and never run must not pass unseen
         for name in sorted(set(ops) - {s.name for s in samples}):
@@ -158,6 +189,9 @@ def check_type(
                 Failure("values", name, "-", "no op_db sample of this name could be run")
             )
     seen: dict = {}  # samples so far per function: the costly checks take the first
+    if "promotion" in checks:  # (integer and bool samples: for this check alone)
+        for s in promotion_samples(ops):
+            run.guarded("promotion", s, lambda: check_promotion(run, s))
     for s in samples:
         k = seen[s.name] = seen.get(s.name, -1) + 1
         if s.input_only:  # (compile's count: the samples it can run)
@@ -168,6 +202,9 @@ def check_type(
                 lambda: check_values_and_types(run, s, checks),
                 "values" in checks or "types" in checks,
             ),
+            ("layouts", lambda: check_layouts(run, s), "layouts" in checks and k == 0),
+            ("mutation", lambda: check_mutation(run, s), "mutation" in checks and k == 0),
+            ("promotion", lambda: check_promotion(run, s), "promotion" in checks and k == 0),
             ("aliases", lambda: check_aliases(run, s), "aliases" in checks),
             # (these two call the function on the sample's input and its further
             # arguments as op_db gives them: only instances in the input reach them)
@@ -191,8 +228,12 @@ def check_type(
         for check, step, wanted in steps:
             if wanted:
                 run.guarded(check, s, step)
+    if "leaks" in checks:
+        run.guarded("leaks", None, lambda: check_leaks(run, samples))
     if "threads" in checks:
         run.guarded("threads", None, lambda: check_threads(run, samples))
+    if "modules" in checks:
+        run.guarded("modules", None, lambda: check_modules(run, dtypes, max_samples))
     report = TypeCheckReport(
         cls.__name__,
         checks,
@@ -213,6 +254,15 @@ def _with_safe_globals(classes: Sequence[Any], step: Callable[[], None]) -> None
     declared = torch.serialization.get_safe_globals()
     with torch.serialization.safe_globals([c for c in classes if c not in declared]):
         step()
+
+
+def _own_rule(cls: type) -> tuple[Make, Callable[[Any], str]] | None:
+    """The rule cls registered with its coverage hooks, with the hooks' ``make``; None
+    where it registered none (the spec's default judges nothing)."""
+    spec = spec_for(cls)
+    if spec.result_problem is CoverageSpec.result_problem:
+        return None
+    return options_from_coverage_hooks(cls)["make"], lambda result: spec.result_problem(cls, result)
 
 
 def options_from_coverage_hooks(cls: type) -> dict[str, Any]:

@@ -28,6 +28,9 @@ class Run:
         self.settings = settings or {}
         self.refusals = refusals
         self.structured = False  # a (make, densify) type
+        #: (make, judge(result)) from the type's coverage hooks, where the user gave no
+        #: rule and the type registered one (see values.own_rule_problem)
+        self.own_rule: tuple[Callable[[Tensor], Any], Callable[[Any], str]] | None = None
         self.failures: list[Failure] = []
         self.refused: list[Failure] = []
 
@@ -76,15 +79,24 @@ class Run:
                 return f"a {type(t).__name__} result, not a {self.cls.__name__}"
         return ""
 
-    def typed_call(self, s: Sample) -> tuple | None:
+    def typed_call(
+        self,
+        s: Sample,
+        make: Callable[[Tensor], Any] | None = None,
+        form: Callable[[Tensor], Tensor] | None = None,
+    ) -> tuple | None:
         """The sample's ``(input, args, kwargs)`` with the tensors it picks made into fresh
-        instances; None where `make` has an instance for none of them."""
+        instances (by `make`, the run's by default, of each tensor as `form` gives it:
+        the tensor itself by default); None where `make` has an instance for none of
+        them."""
+        make = make or self.make
         picks, position, made = set(s.picks), iter(range(len(tensor_leaves(s.call)))), []
 
         def one(t: Tensor) -> Any:
             if next(position) not in picks:
                 return t
-            x = self.make(t.detach().clone())
+            t = t.detach().clone()
+            x = make(form(t) if form is not None else t)
             if x is None:  # no stand-in for this tensor: it stays plain
                 return t
             made.append(x)

@@ -1,15 +1,18 @@
 """The ``values`` and ``types`` checks: a sample on the type equals the plain run (its
-in-place form has the same effect), and its results follow the type's rule."""
+in-place form has the same effect), and its results follow the type's rule (the user's,
+or where they gave none, the one the type registered with its coverage hooks)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from torch import Tensor
 
 from tensortools.coverage.samples import UNDEFINED_VALUES, compare_results, seeded
-from tensortools.testing.run import Run, method_of, result_tensors
+from tensortools.testing.run import Run, first_instance, method_of, result_tensors
 from tensortools.testing.samples import Sample
 
-__all__ = ["check_in_place", "check_values_and_types"]
+__all__ = ["check_in_place", "check_values_and_types", "own_rule_problem"]
 
 
 def check_values_and_types(run: Run, s: Sample, checks: tuple[str, ...]) -> None:
@@ -41,9 +44,31 @@ def check_values_and_types(run: Run, s: Sample, checks: tuple[str, ...]) -> None
             run.fail("values", s, reason)
         check_in_place(run, s)
     if "types" in checks:
-        problem = run.type_problem(typed, got)
+        problem = run.type_problem(typed, got) or own_rule_problem(run, s, typed, got)
         if problem:
             run.fail("types", s, problem)
+
+
+def own_rule_problem(run: Run, s: Sample, typed: tuple, got: Any) -> str:
+    """What breaks the rule the type registered with its coverage hooks, where the user
+    gave no rule of their own. The rule may be written for the instances the hooks make
+    (MetadataTensor's asks for the metadata its hooks give): where it does not hold for
+    the run's own instances themselves, the sample runs once more on the hooks'."""
+    if run.own_rule is None:
+        return ""
+    make, judge = run.own_rule
+    if not judge(first_instance(run.cls, typed)):
+        return judge(got)
+    hooked = run.typed_call(s, make=make)
+    if hooked is None:
+        return ""
+    x, args, kwargs = hooked
+    try:
+        result = seeded(lambda: s.info.op(x, *args, **kwargs))
+    except Exception:
+        return ""  # (the values check reports calls that raise)
+    problem = judge(result)
+    return problem and f"{problem} (the type's own rule, on an instance its coverage hooks make)"
 
 
 def check_in_place(run: Run, s: Sample) -> None:

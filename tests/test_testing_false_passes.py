@@ -1,0 +1,219 @@
+"""tensortools.testing: types broken in ways the float32, contiguous, one-call-each op_db
+samples do not show (a handler wrong only on non-contiguous inputs, one that changes its
+input, keeps it alive, skips type promotion, or drops metadata where the user gave no
+rule) are each caught by exactly the check named for it; correct types pass them."""
+
+import pytest
+import torch
+from test_testing_kit import QUICK, TYPES, make_metadata, metadata_rule
+
+from tensortools import testing
+from tensortools.types.metadata_tensor import MetadataTensor, metadata_of
+
+#: Every check but the slow one (compile) and modules.
+CHECKS = [c for c in testing.CHECKS if c not in ("compile", "modules")]
+NEW = ["layouts", "mutation", "promotion", "leaks"]
+
+#: A small selection: the broken handlers are on exp, sign and add.
+OPS = ["exp", "sign", "add", "sin"]
+
+
+def _plain(v):
+    return v.as_subclass(torch.Tensor) if isinstance(v, torch.Tensor) else v
+
+
+def failing(cls, **options):
+    """The (check, function) pairs that fail for cls over OPS, every check but compile."""
+    options = {"make": make_metadata(cls), "ops": OPS, "checks": CHECKS, **options}
+    make = options.pop("make")
+    report = testing.check_type(cls, make, raise_on_failure=False, safe_globals=[cls], **options)
+    return {(f.check, f.function) for f in report.failures}, report
+
+
+# --- broken types ------------------------------------------------------------------------------
+
+
+class AssumesContiguous(MetadataTensor):
+    """exp reads its input's storage as if it were contiguous (as a kernel that ignores
+    strides does): right on every op_db sample, wrong on a transposed or strided input."""
+
+
+@AssumesContiguous.implements(torch.exp)
+def _exp_ignoring_strides(input):
+    with torch._C.DisableTorchFunctionSubclass():
+        data = input.as_subclass(torch.Tensor)
+        strides = torch.empty(data.shape).stride()  # (a contiguous tensor's)
+        out = torch.exp(torch.as_strided(data, data.shape, strides, data.storage_offset()))
+    return AssumesContiguous(out, metadata_of(input))
+
+
+class ChangesInputValues(MetadataTensor):
+    """sign doubles its input's first element in place (the signs, its answer, stay the
+    same)."""
+
+
+@ChangesInputValues.implements(torch.sign)
+def _sign_scaling_input(input):
+    with torch._C.DisableTorchFunctionSubclass():
+        data = input.as_subclass(torch.Tensor)
+        out = torch.sign(data)
+        if data.numel():  # (its first element: a write that any layout allows)
+            first = data.as_strided((1,), (1,), data.storage_offset())
+            with torch.no_grad():
+                first.add_(first)
+    return ChangesInputValues(out, metadata_of(input))
+
+
+class ChangesInputMetadata(MetadataTensor):
+    """exp counts its calls in its input's metadata dict, which the result shares."""
+
+
+@ChangesInputMetadata.implements(torch.exp)
+def _exp_counting(input):
+    metadata = metadata_of(input)
+    metadata["calls"] = metadata.get("calls", 0) + 1
+    with torch._C.DisableTorchFunctionSubclass():
+        out = torch.exp(input.as_subclass(torch.Tensor))
+    result = ChangesInputMetadata(out)
+    result.metadata = metadata
+    return result
+
+
+KEPT = []  # what KeepsInputs holds on to
+
+
+class KeepsInputs(MetadataTensor):
+    """exp keeps every input it is given in a module-level list."""
+
+
+@KeepsInputs.implements(torch.exp)
+def _exp_keeping(input):
+    KEPT.append(input)
+    with torch._C.DisableTorchFunctionSubclass():
+        out = torch.exp(input.as_subclass(torch.Tensor))
+    return KeepsInputs(out, metadata_of(input))
+
+
+class NoPromotion(MetadataTensor):
+    """add gives its input's dtype, or float32 for an integer input, instead of torch's
+    type promotion: right wherever every tensor is float32."""
+
+
+@NoPromotion.implements(torch.add)
+def _add_without_promotion(input, other, *, alpha=1, out=None):
+    with torch._C.DisableTorchFunctionSubclass():
+        result = torch.add(_plain(input), _plain(other), alpha=alpha)
+    x = input if isinstance(input, NoPromotion) else other
+    dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
+    return NoPromotion(result.to(dtype), metadata_of(x))
+
+
+class DropsMetadata(MetadataTensor):
+    """exp returns a MetadataTensor without its input's metadata: of the type, as the
+    kit's default rule asks, but not as MetadataTensor's own rule does."""
+
+
+@DropsMetadata.implements(torch.exp)
+def _exp_dropping(input):
+    with torch._C.DisableTorchFunctionSubclass():
+        out = torch.exp(input.as_subclass(torch.Tensor))
+    return DropsMetadata(out, {})
+
+
+class Correct(MetadataTensor):
+    """Handlers of its own for exp, sign and add, each right."""
+
+
+@Correct.implements(torch.exp)
+def _exp(input):
+    with torch._C.DisableTorchFunctionSubclass():
+        out = torch.exp(input.as_subclass(torch.Tensor))
+    return Correct(out, metadata_of(input))
+
+
+@Correct.implements(torch.sign)
+def _sign(input):
+    with torch._C.DisableTorchFunctionSubclass():
+        out = torch.sign(input.as_subclass(torch.Tensor))
+    return Correct(out, metadata_of(input))
+
+
+@Correct.implements(torch.add)
+def _add(input, other, *, alpha=1, out=None):
+    with torch._C.DisableTorchFunctionSubclass():
+        result = torch.add(_plain(input), _plain(other), alpha=alpha)
+    x = input if isinstance(input, Correct) else other
+    return Correct(result, metadata_of(x))
+
+
+# --- each caught by its check ---------------------------------------------------------------
+
+
+def test_a_handler_wrong_only_on_non_contiguous_inputs_is_caught_by_layouts():
+    found, report = failing(AssumesContiguous, rule=metadata_rule)
+    assert found == {("layouts", "exp")}
+    reasons = " ".join(f.reason for f in report.failures)
+    assert "strided input: values differ" in reasons
+
+
+def test_a_handler_changing_its_inputs_values_is_caught_by_mutation():
+    found, report = failing(ChangesInputValues, rule=metadata_rule)
+    assert found == {("mutation", "sign")}
+    assert "changed the instance's values" in report.failures[0].reason
+
+
+def test_a_handler_changing_its_inputs_metadata_is_caught_by_mutation():
+    found, report = failing(ChangesInputMetadata, rule=metadata_rule)
+    assert found == {("mutation", "exp")}
+    assert "attributes ['metadata']" in report.failures[0].reason
+
+
+def test_a_handler_keeping_its_inputs_is_caught_by_leaks():
+    try:
+        found, report = failing(KeepsInputs, rule=metadata_rule)
+    finally:
+        KEPT.clear()
+    assert found == {("leaks", "exp")}
+    assert "still alive" in report.failures[0].reason
+
+
+def test_a_handler_without_type_promotion_is_caught_by_promotion():
+    found, report = failing(NoPromotion, rule=metadata_rule)
+    assert found == {("promotion", "add")}
+    samples = " ".join(f.sample for f in report.failures)
+    assert "torch.int64" in samples and "beside a float64 tensor" in samples
+    assert all("dtype/shape torch.float32" in f.reason for f in report.failures)
+
+
+def test_a_handler_dropping_metadata_is_caught_by_types_with_no_rule_given():
+    found, report = failing(DropsMetadata)  # no rule: MetadataTensor's own
+    assert found == {("types", "exp")}
+    assert "coverage hooks" in report.failures[0].reason
+    # (the kit's rule alone, floating-point results of the type, let it pass)
+    found, _ = failing(DropsMetadata, rule=lambda x, result: "")
+    assert not found
+
+
+def test_a_correct_type_passes_every_check():
+    for rule in (None, metadata_rule):
+        found, report = failing(Correct, rule=rule)
+        assert not found and report.samples > 0
+
+
+def test_the_own_rule_judges_the_users_instances_where_it_holds_for_them():
+    # Made as MetadataTensor's coverage hooks make them, the instances satisfy its rule:
+    # the results of the checked calls are judged, no call runs twice.
+    hooked = testing.options_from_coverage_hooks(DropsMetadata)["make"]
+    found, _ = failing(DropsMetadata, make=hooked)
+    assert found == {("types", "exp")}
+
+
+# --- the three types -------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_the_three_types_pass_the_new_checks(name):
+    cls, make, options = TYPES[name]
+    report = testing.check_type(cls, make, ops=QUICK, **{**options, "checks": NEW})
+    assert report.passed and report.samples > 0
