@@ -1,6 +1,7 @@
 """tensortools.ops.lltm_sequence and nn.LLTMSequence against the reference loop, and their
 error handling, compilation and behaviour on the tensor types."""
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ from _support.lltm_cases import (
 )
 from _support.op_samples import (
     HALF_TOLERANCE,
+    LAYOUTS,
     D,
     OperatorTests,
     laid_out,
@@ -300,11 +302,13 @@ def _graph_ops(fn, *args):
     return torch.compile(fn, fullgraph=True, backend=backend)(*args), targets
 
 
-def test_compile_fullgraph_is_one_operator_node():
-    args = make_sequence_args(5, 3, 4, 6)
+@pytest.mark.parametrize("requires_grad", [True, False])
+def test_compile_fullgraph_is_one_operator_node(requires_grad):
+    args = make_sequence_args(5, 3, 4, 6, requires_grad=requires_grad)
     got, targets = _graph_ops(ops.lltm_sequence, *args)
     computing = [t for t in targets if t is not __import__("operator").getitem]
-    assert computing == [T_OPS.lltm_sequence_forward.default], targets
+    op = T_OPS.lltm_sequence_forward if requires_grad else T_OPS.lltm_sequence_inference
+    assert computing == [op.default], targets
     torch.testing.assert_close(got, ops.lltm_sequence(*args), rtol=0, atol=0)
 
 
@@ -614,9 +618,22 @@ def _lltm_sequence_backward_reference(
 
 
 #: The torch.ops.tensortools operators this file covers, and how to make their samples.
+def _lltm_sequence_inference_samples(layout, dtype, device):
+    # (inputs that require no grad: the operator is for calls that want no gradient)
+    return [
+        tuple(a.detach() for a in args)
+        for args in _lltm_sequence_forward_samples(layout, dtype, device)
+    ]
+
+
+def _lltm_sequence_inference_reference(input, weights, bias, h0, c0):
+    return _lltm_sequence_forward_reference(input, weights, bias, h0, c0)[:3]
+
+
 SAMPLE_BUILDERS = {
     "lltm_sequence_forward": _lltm_sequence_forward_samples,
     "lltm_sequence_backward": _lltm_sequence_backward_samples,
+    "lltm_sequence_inference": _lltm_sequence_inference_samples,
 }
 
 
@@ -628,6 +645,7 @@ class TestSamples(OperatorTests):
     references = {
         "lltm_sequence_forward": _lltm_sequence_forward_reference,
         "lltm_sequence_backward": _lltm_sequence_backward_reference,
+        "lltm_sequence_inference": _lltm_sequence_inference_reference,
     }
     tolerance = 16.0  # errors grow along the recurrence
 
@@ -720,3 +738,66 @@ def test_lltm_sequence_launches_one_kernel_per_step_beside_its_product():
     product_per_step = (alone[16] - alone[8]) / 8
     assert product_per_step >= 1, alone
     assert per_step <= product_per_step + 1, (op, alone)
+
+
+# --- the inference path --------------------------------------------------------------------
+
+
+INFERENCE_CASES = [(4, 3, 5, 4), (1, 1, 1, 1), (17, 2, 3, 8), (0, 3, 5, 4), (4, 0, 5, 4)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("case", INFERENCE_CASES, ids=str)
+def test_inference_equals_the_training_forward_bit_for_bit(case, layout, dtype, device):
+    steps, batch, features, state = case
+    shapes = [(steps, batch, features), (3 * state, state + features), (3 * state,)]
+    shapes += [(batch, state), (batch, state)]
+    args = [make(shape, layout, dtype, device) for shape in shapes]
+    trained = T_OPS.lltm_sequence_forward(*args)[:3]
+    inferred = T_OPS.lltm_sequence_inference(*args)
+    for got, want in zip(inferred, trained):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.equal(got, want)
+
+
+def _ops_called(fn) -> set[str]:
+    with torch.profiler.profile() as prof:
+        fn()
+    return {e.name for e in prof.events() if e.name.startswith("tensortools::")}
+
+
+@pytest.mark.parametrize(
+    "context, requires_grad",
+    [
+        (torch.no_grad, True),
+        (torch.inference_mode, True),
+        (contextlib.nullcontext, False),
+    ],
+    ids=["no_grad", "inference_mode", "nothing requires grad"],
+)
+def test_ops_lltm_sequence_keeps_nothing_where_no_gradient_is_wanted(context, requires_grad):
+    args = make_sequence_args(6, 3, 5, 4, dtype=torch.float64, requires_grad=requires_grad)
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        with context():
+            called = _ops_called(lambda: ops.lltm_sequence(*args))
+            output, h_n, c_n = ops.lltm_sequence(*args)
+    assert "tensortools::lltm_sequence_inference" in called
+    assert "tensortools::lltm_sequence_forward" not in called
+    assert packed == [] and output.grad_fn is None
+    want = reference.lltm_sequence(*(a.detach() for a in args))
+    for got, expected in zip((output, h_n, c_n), want):
+        torch.testing.assert_close(got, expected)
+    # where a gradient is wanted, the training forward runs and keeps its tensors
+    if requires_grad:
+        called = _ops_called(lambda: ops.lltm_sequence(*args))
+        assert "tensortools::lltm_sequence_forward" in called
+
+
+def test_inference_op_refuses_backward():
+    args = make_sequence_args(3, 2, 4, 5, dtype=torch.float64, requires_grad=True)
+    output, _, _ = T_OPS.lltm_sequence_inference(*args)
+    with pytest.raises(RuntimeError, match="lltm_sequence_inference"):
+        output.sum().backward()

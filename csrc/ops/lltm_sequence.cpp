@@ -48,6 +48,14 @@ SequenceForwardOutputs allocate_sequence_forward(const at::Tensor& input, const 
           at::empty_symint({T, B, 3 * S}, options)};
 }
 
+SequenceInferenceOutputs allocate_sequence_inference(const at::Tensor& input,
+                                                     const at::Tensor& h0) {
+  const c10::SymInt T = input.sym_size(0), B = input.sym_size(1), S = h0.sym_size(1);
+  const auto options = input.options();
+  return {at::empty_symint({T, B, S}, options), at::empty_symint({B, S}, options),
+          at::empty_symint({B, S}, options)};
+}
+
 SequenceBackwardOutputs allocate_sequence_backward(const at::Tensor& input, const at::Tensor& h0,
                                                    std::array<bool, 3> output_mask) {
   const c10::SymInt T = input.sym_size(0), B = input.sym_size(1), F = input.sym_size(2);
@@ -95,6 +103,37 @@ SequenceForwardOutputs run_sequence_forward(const at::Tensor& input, const at::T
   h_n.copy_(h_prev);
   c_n.copy_(c_prev);
   return {output, h_n, c_n, cells, gates};
+}
+
+SequenceInferenceOutputs run_sequence_inference(const at::Tensor& input, const at::Tensor& weights,
+                                                const at::Tensor& bias, const at::Tensor& h0,
+                                                const at::Tensor& c0, ForwardPointwise pointwise) {
+  const int64_t T = input.size(0), B = input.size(1), F = input.size(2), S = h0.size(1);
+  auto [output, h_n, c_n] = allocate_sequence_inference(input, h0);
+  if (T == 0 || B * S == 0) {
+    h_n.copy_(h0);
+    c_n.copy_(c0);
+    return {output, h_n, c_n};
+  }
+  // As run_sequence_forward: the input's share of every step's gates in one product, then
+  // per step the state product and the pointwise pass.
+  at::Tensor gates = at::empty({T, B, 3 * S}, input.options());
+  at::Tensor all_gates = gates.view({T * B, 3 * S});
+  at::addmm_out(all_gates, bias, input.reshape({T * B, F}), weights.narrow(1, S, F).t());
+  const at::Tensor W_h_t = weights.narrow(1, 0, S).t().contiguous();
+  const at::Tensor cells[2] = {at::empty({B, S}, input.options()),
+                               at::empty({B, S}, input.options())};
+  at::Tensor h_prev = h0, c_prev = c0.contiguous();
+  for (int64_t t = 0; t < T; ++t) {
+    at::Tensor g = gates.select(0, t), h = output.select(0, t);
+    const at::Tensor& c = t == T - 1 ? c_n : cells[t % 2];
+    g.addmm_(h_prev, W_h_t);
+    pointwise(g, c_prev, c, h);
+    h_prev = h;
+    c_prev = c;
+  }
+  h_n.copy_(h_prev);
+  return {output, h_n, c_n};
 }
 
 SequenceBackwardOutputs run_sequence_backward(
@@ -204,6 +243,14 @@ SequenceForwardOutputs lltm_sequence_forward_meta(const at::Tensor& input,
   return allocate_sequence_forward(input, h0);
 }
 
+SequenceInferenceOutputs lltm_sequence_inference_meta(const at::Tensor& input,
+                                                      const at::Tensor& weights,
+                                                      const at::Tensor& bias, const at::Tensor& h0,
+                                                      const at::Tensor& c0) {
+  check_sequence_forward_args(input, weights, bias, h0, c0, floating_types_for(input.device()));
+  return allocate_sequence_inference(input, h0);
+}
+
 SequenceBackwardOutputs lltm_sequence_backward_meta(
     const at::Tensor& grad_output, const at::Tensor& grad_h_n, const at::Tensor& grad_c_n,
     const at::Tensor& input, const at::Tensor& weights, const at::Tensor& h0,
@@ -220,12 +267,17 @@ SequenceBackwardOutputs lltm_sequence_backward_meta(
 TORCH_LIBRARY_IMPL(tensortools, Meta, m) {
   m.impl("lltm_sequence_forward", &tensortools::lltm::lltm_sequence_forward_meta);
   m.impl("lltm_sequence_backward", &tensortools::lltm::lltm_sequence_backward_meta);
+  m.impl("lltm_sequence_inference", &tensortools::lltm::lltm_sequence_inference_meta);
 }
 
 TORCH_LIBRARY_FRAGMENT(tensortools, m) {
   m.def(
       "lltm_sequence_forward(Tensor input, Tensor weights, Tensor bias, Tensor h0, Tensor c0)"
       " -> (Tensor output, Tensor h_n, Tensor c_n, Tensor cells, Tensor gates)");
+  // The forward when no gradient is wanted: the same outputs, nothing for backward.
+  m.def(
+      "lltm_sequence_inference(Tensor input, Tensor weights, Tensor bias, Tensor h0, Tensor c0)"
+      " -> (Tensor output, Tensor h_n, Tensor c_n)");
   m.def(
       "lltm_sequence_backward(Tensor grad_output, Tensor grad_h_n, Tensor grad_c_n,"
       " Tensor input, Tensor weights, Tensor h0, Tensor output, Tensor cells,"

@@ -29,6 +29,8 @@ using SequenceForwardOutputs =
     std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 using SequenceBackwardOutputs =
     std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+// (output, h_n, c_n): the forward with nothing kept for backward.
+using SequenceInferenceOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 
 // Calls of the registered operators through the dispatcher (any device, with autograd).
 SequenceForwardOutputs lltm_sequence_forward(const at::Tensor& input, const at::Tensor& weights,
@@ -47,6 +49,7 @@ SequenceBackwardOutputs lltm_sequence_backward(const at::Tensor& grad_output,
 // contiguous, with the options of `input`. `output_mask` says which of the gradients of
 // (input, weights, bias) are wanted; the others are undefined (None) and not computed.
 SequenceForwardOutputs allocate_sequence_forward(const at::Tensor& input, const at::Tensor& h0);
+SequenceInferenceOutputs allocate_sequence_inference(const at::Tensor& input, const at::Tensor& h0);
 SequenceBackwardOutputs allocate_sequence_backward(const at::Tensor& input, const at::Tensor& h0,
                                                    std::array<bool, 3> output_mask);
 
@@ -66,6 +69,12 @@ using BackwardPointwise = c10::function_ref<void(
 SequenceForwardOutputs run_sequence_forward(const at::Tensor& input, const at::Tensor& weights,
                                             const at::Tensor& bias, const at::Tensor& h0,
                                             const at::Tensor& c0, ForwardPointwise pointwise);
+// The forward for inference: the same steps and arithmetic as run_sequence_forward (the
+// same bits), but no step's cell is kept (two B×S buffers take turns) and the gates are
+// scratch, returned to no one.
+SequenceInferenceOutputs run_sequence_inference(const at::Tensor& input, const at::Tensor& weights,
+                                                const at::Tensor& bias, const at::Tensor& h0,
+                                                const at::Tensor& c0, ForwardPointwise pointwise);
 SequenceBackwardOutputs run_sequence_backward(
     const at::Tensor& grad_output, const at::Tensor& grad_h_n, const at::Tensor& grad_c_n,
     const at::Tensor& input, const at::Tensor& weights, const at::Tensor& h0,

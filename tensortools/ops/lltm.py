@@ -1,5 +1,6 @@
 """The LLTM recurrent cell, fused: ``torch.ops.tensortools.lltm_forward``, and the LLTM over
-a whole sequence in one operator: ``torch.ops.tensortools.lltm_sequence_forward`` (their
+a whole sequence in one operator: ``torch.ops.tensortools.lltm_sequence_forward``, or
+``lltm_sequence_inference`` where no gradient is wanted (their
 autograd and backward kernels are registered in C++, csrc/ops/autograd/lltm_autograd.cpp)."""
 
 from __future__ import annotations
@@ -46,11 +47,18 @@ def lltm_sequence(
     is T calls of :func:`lltm` (:func:`tensortools.reference.lltm_sequence`); the input's
     part of every step's gates is one matrix product over all steps, and backward computes
     the gradients of ``input``, ``weights`` and ``bias`` in one product each. Every sequence
-    of a batch has length T (no padding or packed sequences).
+    of a batch has length T (no padding or packed sequences). Where no gradient is wanted
+    (``torch.no_grad()``, ``torch.inference_mode()``, or no argument requires grad) it runs
+    ``torch.ops.tensortools.lltm_sequence_inference``: the same results, bit for bit, with
+    no step's cell or gates kept for backward.
     """
     args = (input, weights, bias, h0, c0)
     if has_torch_function(args):
         return handle_torch_function(lltm_sequence, args, *args)
     check_tensors("lltm_sequence", _SEQUENCE_ARGS, args)
+    if not (torch.is_grad_enabled() and any(a.requires_grad for a in args)):
+        # No gradient wanted: the same forward, keeping nothing for backward.
+        output, h_n, c_n = torch.ops.tensortools.lltm_sequence_inference.default(*args)
+        return output, h_n, c_n
     output, h_n, c_n, _, _ = torch.ops.tensortools.lltm_sequence_forward.default(*args)
     return output, h_n, c_n

@@ -167,4 +167,7 @@ TORCH_LIBRARY_IMPL(tensortools, Autograd, m) {
   m.impl("lltm_backward", &tensortools::lltm::lltm_backward_autograd);
   m.impl("lltm_sequence_forward", &tensortools::lltm::lltm_sequence_forward_autograd);
   m.impl("lltm_sequence_backward", &tensortools::lltm::lltm_sequence_backward_autograd);
+  // For calls that want no gradient (tensortools.ops.lltm_sequence takes it only then):
+  // called on inputs that require grad, its results' backward raises.
+  m.impl("lltm_sequence_inference", torch::autograd::autogradNotImplementedFallback());
 }

@@ -156,6 +156,14 @@ SequenceForwardOutputs lltm_sequence_forward_cpu(const at::Tensor& input, const 
   return run_sequence_forward(input, weights, bias, h0, c0, forward_pointwise);
 }
 
+SequenceInferenceOutputs lltm_sequence_inference_cpu(const at::Tensor& input,
+                                                     const at::Tensor& weights,
+                                                     const at::Tensor& bias, const at::Tensor& h0,
+                                                     const at::Tensor& c0) {
+  check_sequence_forward_args(input, weights, bias, h0, c0, kCpuFloatingTypes);
+  return run_sequence_inference(input, weights, bias, h0, c0, forward_pointwise);
+}
+
 SequenceBackwardOutputs lltm_sequence_backward_cpu(
     const at::Tensor& grad_output, const at::Tensor& grad_h_n, const at::Tensor& grad_c_n,
     const at::Tensor& input, const at::Tensor& weights, const at::Tensor& h0,
@@ -175,4 +183,5 @@ TORCH_LIBRARY_IMPL(tensortools, CPU, m) {
   m.impl("lltm_backward", &tensortools::lltm::lltm_backward_cpu);
   m.impl("lltm_sequence_forward", &tensortools::lltm::lltm_sequence_forward_cpu);
   m.impl("lltm_sequence_backward", &tensortools::lltm::lltm_sequence_backward_cpu);
+  m.impl("lltm_sequence_inference", &tensortools::lltm::lltm_sequence_inference_cpu);
 }

@@ -146,6 +146,15 @@ SequenceForwardOutputs lltm_sequence_forward_cuda(const at::Tensor& input,
   return run_sequence_forward(input, weights, bias, h0, c0, forward_pointwise);
 }
 
+SequenceInferenceOutputs lltm_sequence_inference_cuda(const at::Tensor& input,
+                                                      const at::Tensor& weights,
+                                                      const at::Tensor& bias, const at::Tensor& h0,
+                                                      const at::Tensor& c0) {
+  check_sequence_forward_args(input, weights, bias, h0, c0, kCudaFloatingTypes);
+  const c10::cuda::CUDAGuard guard(input.device());
+  return run_sequence_inference(input, weights, bias, h0, c0, forward_pointwise);
+}
+
 SequenceBackwardOutputs lltm_sequence_backward_cuda(
     const at::Tensor& grad_output, const at::Tensor& grad_h_n, const at::Tensor& grad_c_n,
     const at::Tensor& input, const at::Tensor& weights, const at::Tensor& h0,
@@ -166,4 +175,5 @@ TORCH_LIBRARY_IMPL(tensortools, CUDA, m) {
   m.impl("lltm_backward", &tensortools::lltm::lltm_backward_cuda);
   m.impl("lltm_sequence_forward", &tensortools::lltm::lltm_sequence_forward_cuda);
   m.impl("lltm_sequence_backward", &tensortools::lltm::lltm_sequence_backward_cuda);
+  m.impl("lltm_sequence_inference", &tensortools::lltm::lltm_sequence_inference_cuda);
 }
