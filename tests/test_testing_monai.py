@@ -1,0 +1,48 @@
+"""The kit on a type it did not make: MONAI's ``monai.data.MetaTensor`` (an optional
+development dependency, pure Python; skipped without it) over the default checks. Each
+thing the run reports is a real MONAI behaviour, confirmed by hand and declared below;
+the kit reports nothing else (no false alarm)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from tensortools import testing
+
+pytestmark = pytest.mark.slow  # every op_db function through a Python type
+
+
+def monai_refusals(err: BaseException) -> bool:
+    """What MONAI's MetaTensor does where the plain call succeeds (MONAI 1.6.1):
+
+    - ``histogramdd`` raises AttributeError: MetaTensor's __torch_function__ updates the
+      metadata of each result and takes histogramdd's (hist, bin_edges) tuple for one
+      (``torch.histogramdd(MetaTensor(torch.rand(5, 5)), bins=[3] * 5)`` raises
+      "'tuple' object has no attribute 'meta'"): a MONAI bug;
+    - ``to_sparse`` raises NotImplementedError: MetaTensor copies its metadata by reading
+      the result's storage, which a sparse tensor has not
+      (``MetaTensor(torch.rand(5, 5)).to_sparse()``): MetaTensor holds no sparse tensor.
+    """
+    message = str(err)
+    return (
+        isinstance(err, AttributeError) and "'tuple' object has no attribute 'meta'" in message
+    ) or (
+        isinstance(err, NotImplementedError)
+        and "Cannot access storage of SparseTensorImpl" in message
+    )
+
+
+def test_monai_metatensor_over_the_default_checks():
+    monai = pytest.importorskip("monai.data")
+    # (compile is run apart: tests/test_testing_compile.py shows the chain it fails)
+    checks = [c for c in testing.CHECKS if c != "compile"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # MONAI's own deprecation warnings
+        report = testing.check_type(
+            monai.MetaTensor, monai.MetaTensor, checks=checks, refusals=monai_refusals
+        )
+    assert len(report.functions) > 500 and report.samples > 1000
+    # exactly the two declared behaviours, and nothing else
+    assert {f.function for f in report.refused} == {"histogramdd", "to_sparse"}, report.refused
