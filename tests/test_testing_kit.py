@@ -518,3 +518,20 @@ def test_an_undeclared_type_is_told_in_one_line_how_to_declare_it():
     )
     assert report.passed and report.samples == 6  # (cat: both lists; exp: two samples)
     assert Undeclared not in torch.serialization.get_safe_globals()  # (for the check only)
+
+
+def test_a_long_run_shows_a_progress_bar(monkeypatch, capsys):
+    pytest.importorskip("tqdm")
+    cls, make, options = TYPES["MetadataTensor"]
+    monkeypatch.setattr(testing, "PROGRESS_DELAY", 0.0)  # (as if the run were long)
+    testing.check_type(cls, make, ops=["exp", "flip"], checks=["values"], **_without(options))
+    err = capsys.readouterr().err
+    assert "check_type(MetadataTensor)" in err and "sample" in err
+    testing.check_type(
+        cls, make, ops=["exp"], checks=["values"], progress=False, **_without(options)
+    )
+    assert "check_type" not in capsys.readouterr().err
+
+
+def _without(options: dict) -> dict:
+    return {k: v for k, v in options.items() if k != "checks"}

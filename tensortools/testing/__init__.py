@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from tensortools._progress import Progress
 from tensortools.coverage.spec import CoverageSpec, spec_for
 from tensortools.testing.aliases import check_aliases
 from tensortools.testing.autograd import check_autograd
@@ -65,6 +66,9 @@ CHECKS = (
     "modules",
 )
 
+#: Seconds a run takes before its progress bar is drawn (shorter runs show none).
+PROGRESS_DELAY = 3.0
+
 Make = Callable[[Tensor], Any]
 Settings = Mapping[str, tuple[Callable[[], AbstractContextManager], Callable[[], Any]]]
 
@@ -86,6 +90,7 @@ def check_type(
     settings: Settings | None = None,
     refusals: tuple[type[BaseException], ...] | Callable[[BaseException], bool] = (),
     safe_globals: Sequence[Any] = (),
+    progress: bool = True,
     raise_on_failure: bool = True,
 ) -> TypeCheckReport:
     """Check that `cls` behaves like the plain computation wherever PyTorch's samples reach.
@@ -160,6 +165,9 @@ def check_type(
     listed in the report's ``refused``, not as a failure. None by default: a handler bug
     raises TypeError too.
 
+    `progress` shows a bar of the samples on stderr (tqdm, where installed) once the run
+    has taken :data:`PROGRESS_DELAY` seconds.
+
     Returns a :class:`TypeCheckReport`; raises a :class:`TypeCheckError` listing every
     failure unless ``raise_on_failure=False``.
     """
@@ -192,7 +200,12 @@ def check_type(
     if "promotion" in checks:  # (integer and bool samples: for this check alone)
         for s in promotion_samples(ops):
             run.guarded("promotion", s, lambda: check_promotion(run, s))
+    # (a bar on stderr once the run has taken PROGRESS_DELAY seconds; tqdm where installed)
+    bar = Progress(
+        len(samples), f"check_type({cls.__name__})", progress, unit="sample", delay=PROGRESS_DELAY
+    )
     for s in samples:
+        bar.step()
         k = seen[s.name] = seen.get(s.name, -1) + 1
         if s.input_only:  # (compile's count: the samples it can run)
             k_input = seen[s.name, "input"] = seen.get((s.name, "input"), -1) + 1
@@ -228,6 +241,7 @@ def check_type(
         for check, step, wanted in steps:
             if wanted:
                 run.guarded(check, s, step)
+    bar.close()
     if "leaks" in checks:
         run.guarded("leaks", None, lambda: check_leaks(run, samples))
     if "threads" in checks:
