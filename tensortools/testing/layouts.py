@@ -16,7 +16,7 @@ from torch.testing._internal.common_utils import noncontiguous_like
 from torch.utils._pytree import tree_map
 
 from tensortools.coverage.samples import UNDEFINED_VALUES, compare_results, plain_values, seeded
-from tensortools.testing.run import Run
+from tensortools.testing.run import Run, is_size
 from tensortools.testing.samples import Sample
 
 __all__ = ["LAYOUTS", "check_layouts"]
@@ -73,7 +73,7 @@ def check_layouts(run: Run, s: Sample) -> None:
         typed = run.typed_call(s, form=form)
         if typed is None or not _changes_a_layout(run, typed):
             continue
-        plain = plain_values(tree_map(lambda x: _plain(run, x), typed, is_leaf=_is_size))
+        plain = plain_values(tree_map(lambda x: _plain(run, x), typed, is_leaf=is_size))
         try:
             want = seeded(lambda: run.want(fn, plain))
         except Exception:
@@ -82,18 +82,11 @@ def check_layouts(run: Run, s: Sample) -> None:
         try:
             got = seeded(lambda: fn(x, *args, **kwargs))
         except Exception as err:
-            if run.refused_call(err):
-                run.refuse("layouts", s, err)
-            else:
-                run.fail("layouts", s, f"{name} input: raised {type(err).__name__}: {err}")
+            run.raised("layouts", s, err, f"{name} input:")
             continue
         reason = compare_results(run.plain(got), want, exact=False)
         if reason:
             run.fail("layouts", s, f"{name} input: {reason}")
-
-
-def _is_size(x: Any) -> bool:
-    return isinstance(x, torch.Size)
 
 
 def _plain(run: Run, x: Any) -> Any:
@@ -110,5 +103,5 @@ def _changes_a_layout(run: Run, typed: tuple) -> bool:
             found.append(not run.densify(x).is_contiguous())
         return x
 
-    tree_map(one, typed, is_leaf=_is_size)
+    tree_map(one, typed, is_leaf=is_size)
     return any(found)

@@ -29,7 +29,7 @@ from torch.utils._pytree import tree_flatten, tree_map_only, tree_unflatten
 
 from tensortools.coverage.samples import compare_results, seeded
 from tensortools.dispatch import TensorLike
-from tensortools.testing.run import Run, result_tensors
+from tensortools.testing.run import Run, is_size, result_tensors
 
 __all__ = ["ModuleSample", "check_modules", "module_infos"]
 
@@ -111,10 +111,7 @@ def _check_sample(run: Run, s: ModuleSample, cls: type, module_input: Any, dtype
     try:
         got = seeded(lambda: typed_module(*typed_args, **typed_kwargs))
     except Exception as err:
-        if run.refused_call(err):
-            run.refuse("modules", s, err)
-        else:
-            run.fail("modules", s, f"forward raised {type(err).__name__}: {err}")
+        run.raised("modules", s, err, "forward")
         return True
     reason = compare_results(_detached(run.plain(got)), _detached(want), exact=False)
     if reason:
@@ -140,7 +137,7 @@ def _calls(run: Run, forward_input: Any) -> tuple | None:
     compared: floating tensors the sample marks as requiring grad (not instances of a
     structured type, whose gradient is not the dense tensor's). None where no tensor
     became an instance."""
-    leaves, spec = tree_flatten((forward_input.args, forward_input.kwargs), is_leaf=_is_size)
+    leaves, spec = tree_flatten((forward_input.args, forward_input.kwargs), is_leaf=is_size)
     typed, plain, slots = [], [], []
     for k, t in enumerate(leaves):
         if not isinstance(t, Tensor):
@@ -203,10 +200,7 @@ def _compare_gradients(run: Run, s: ModuleSample, typed: tuple, plain: tuple) ->
             allow_unused=True,
         )
     except Exception as err:
-        if run.refused_call(err):
-            run.refuse("modules", s, err)
-        else:
-            run.fail("modules", s, f"backward raised {type(err).__name__}: {err}")
+        run.raised("modules", s, err, "backward")
         return
     names = [f"parameter {n}" for n, _ in params]
     names += [f"input {k}" for k in range(len(plain_inputs))]
@@ -225,7 +219,7 @@ def _differentiable(tensors: list) -> list[Tensor]:
 
 def _leaves(obj: Any) -> list:
     """The tensors and instances in a result."""
-    leaves, _ = tree_flatten(obj, is_leaf=lambda x: _is_size(x) or isinstance(x, TensorLike))
+    leaves, _ = tree_flatten(obj, is_leaf=lambda x: is_size(x) or isinstance(x, TensorLike))
     return [x for x in leaves if isinstance(x, (Tensor, TensorLike))]
 
 
@@ -234,11 +228,7 @@ def _weighted_sum(outs: list[Tensor], weights: list[Tensor]) -> Tensor:
 
 
 def _detached(obj: Any) -> Any:
-    return tree_map_only(Tensor, Tensor.detach, obj, is_leaf=_is_size)
-
-
-def _is_size(x: Any) -> bool:
-    return isinstance(x, torch.Size)
+    return tree_map_only(Tensor, Tensor.detach, obj, is_leaf=is_size)
 
 
 def _label(name: str, k: int, module_input: Any, dtype: torch.dtype) -> str:
@@ -250,7 +240,7 @@ def _label(name: str, k: int, module_input: Any, dtype: torch.dtype) -> str:
         def one(x: Any) -> Any:
             return _Shown(f"tensor{tuple(x.shape)}")
 
-        args, kwargs = tree_map_only(Tensor, one, (f.args, f.kwargs), is_leaf=_is_size)
+        args, kwargs = tree_map_only(Tensor, one, (f.args, f.kwargs), is_leaf=is_size)
         return ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
 
     desc = f" '{module_input.desc}'" if module_input.desc else ""

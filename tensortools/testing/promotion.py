@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.utils._pytree import tree_map_only
 
 from tensortools.coverage.samples import UNDEFINED_VALUES, compare_results, seeded
-from tensortools.testing.run import Run
+from tensortools.testing.run import Run, is_size
 from tensortools.testing.samples import Sample, op_samples, tensor_leaves
 
 __all__ = ["MIXED", "check_promotion", "promotion_samples"]
@@ -62,7 +62,7 @@ def check_promotion(run: Run, s: Sample) -> None:
         def one(t: Tensor, form=form) -> Any:
             return form(t) if next(position) in others else t
 
-        inp, args, kwargs = tree_map_only(Tensor, one, s.call, is_leaf=_is_size)
+        inp, args, kwargs = tree_map_only(Tensor, one, s.call, is_leaf=is_size)
         mixed = dataclasses.replace(
             s, input=inp, args=args, kwargs=kwargs, picks=(first,), variant=f"beside {what}"
         )
@@ -81,15 +81,8 @@ def _compare(run: Run, s: Sample) -> None:
     try:
         got = seeded(lambda: s.info.op(x, *args, **kwargs))
     except Exception as err:
-        if run.refused_call(err):
-            run.refuse("promotion", s, err)
-        else:
-            run.fail("promotion", s, f"raised {type(err).__name__}: {err}")
+        run.raised("promotion", s, err)
         return
     reason = compare_results(run.plain(got), want, exact=False)
     if reason:
         run.fail("promotion", s, reason)
-
-
-def _is_size(x: Any) -> bool:
-    return isinstance(x, torch.Size)

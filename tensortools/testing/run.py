@@ -16,7 +16,7 @@ from tensortools.coverage.samples import plain_values
 from tensortools.testing.report import Failure
 from tensortools.testing.samples import Sample, tensor_leaves
 
-__all__ = ["Run", "first_instance", "method_of", "result_tensors"]
+__all__ = ["Run", "first_instance", "is_size", "method_of", "result_tensors"]
 
 
 class Run:
@@ -43,6 +43,14 @@ class Run:
         first = str(err).splitlines()[0] if str(err) else ""
         self.refused.append(Failure(check, s.name, s.label, f"{type(err).__name__}: {first}"[:300]))
 
+    def raised(self, check: str, s: Sample, err: BaseException, what: str = "") -> None:
+        """A call on instances raised where the plain call did not: the type's declared
+        refusal (listed in ``refused``), or a failure ('<what> raised ...')."""
+        if self.refused_call(err):
+            self.refuse(check, s, err)
+        else:
+            self.fail(check, s, f"{what + ' ' if what else ''}raised {type(err).__name__}: {err}")
+
     def guarded(self, check: str, sample: Sample | None, step: Callable[[], None]) -> None:
         """Run one check; if `make`, `densify` or `rule` (or the check itself) raises where
         it should not, that is a failure of this check, not a crash of the run."""
@@ -60,7 +68,7 @@ class Run:
         def one(x):
             return self.densify(x) if isinstance(x, self.cls) else x
 
-        return plain_values(tree_map(one, obj, is_leaf=_is_size))
+        return plain_values(tree_map(one, obj, is_leaf=is_size))
 
     def want(self, fn: Callable, plain_call: tuple) -> Any:
         inp, args, kwargs = plain_call
@@ -74,7 +82,7 @@ class Run:
         x = first_instance(self.cls, x)
         if self.rule is not None:
             return self.rule(x, result)
-        for t in tree_leaves(result, is_leaf=_is_size):
+        for t in tree_leaves(result, is_leaf=is_size):
             if isinstance(t, Tensor) and t.is_floating_point() and not isinstance(t, self.cls):
                 return f"a {type(t).__name__} result, not a {self.cls.__name__}"
         return ""
@@ -102,7 +110,7 @@ class Run:
             made.append(x)
             return x
 
-        call = tree_map_only(Tensor, one, s.call, is_leaf=_is_size)
+        call = tree_map_only(Tensor, one, s.call, is_leaf=is_size)
         return call if made else None
 
     def plain_call(self, typed_call: tuple) -> tuple:
@@ -112,7 +120,7 @@ class Run:
         def one(x):
             return self.densify(x).detach().clone() if isinstance(x, self.cls) else x
 
-        return plain_values(tree_map(one, typed_call, is_leaf=_is_size))
+        return plain_values(tree_map(one, typed_call, is_leaf=is_size))
 
     def typed(self, s: Sample) -> Any:
         """The sample's input with its picked tensors as instances (a tensor, or a list
@@ -127,7 +135,8 @@ class Run:
         return None if x is None else self.plain_call((x, (), {}))[0]
 
 
-def _is_size(x: Any) -> bool:
+def is_size(x: Any) -> bool:
+    """torch.Size, a leaf for the kit's pytree walks (a node of torch's pytree)."""
     return isinstance(x, torch.Size)
 
 
@@ -135,12 +144,12 @@ def first_instance(cls: type, obj: Any) -> Any:
     """obj if it is an instance of cls, else the first instance inside it (None if none)."""
     if isinstance(obj, cls):
         return obj
-    leaves = tree_leaves(obj, is_leaf=lambda x: _is_size(x) or isinstance(x, cls))
+    leaves = tree_leaves(obj, is_leaf=lambda x: is_size(x) or isinstance(x, cls))
     return next((x for x in leaves if isinstance(x, cls)), None)
 
 
 def result_tensors(obj: Any) -> list[Tensor]:
-    return [t for t in tree_leaves(obj, is_leaf=_is_size) if isinstance(t, Tensor)]
+    return [t for t in tree_leaves(obj, is_leaf=is_size) if isinstance(t, Tensor)]
 
 
 def method_of(x: Any, variant: Callable) -> Callable:

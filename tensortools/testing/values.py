@@ -29,10 +29,7 @@ def check_values_and_types(run: Run, s: Sample, checks: tuple[str, ...]) -> None
     try:
         got = seeded(lambda: fn(x, *args, **kwargs))
     except Exception as err:
-        if run.refused_call(err):
-            run.refuse("values", s, err)
-        else:
-            run.fail("values", s, f"raised {type(err).__name__}: {err}")
+        run.raised("values", s, err)
         return
     if "values" in checks:
         values = run.plain(got)
@@ -90,10 +87,7 @@ def check_in_place(run: Run, s: Sample) -> None:
     try:
         returned = seeded(lambda: method_of(x, variant)(*args, **kwargs))
     except Exception as err:
-        if run.refused_call(err):
-            run.refuse("values", s, err)
-        else:
-            run.fail("values", s, f"in-place form raised {type(err).__name__}: {err}")
+        run.raised("values", s, err, "in-place form")
         return
     reason = compare_results(run.plain(x), plain, exact=False)
     if reason:
