@@ -44,9 +44,13 @@ LIMITS = {
     "svdvals": ("inductor", lambda x, w: torch.linalg.svdvals(x), False),
     "an input that requires grad": ("inductor", _grad_step, True),
     "any call under aot_eager": ("aot_eager", lambda x, w: x + w, False),
-    "x ** 2": ("eager", lambda x, w: x**2, False),
     "x.T, x.mT (properties that return tensors)": ("eager", lambda x, w: x.T + 1, False),
 }
+
+# What torch cannot compile for a bare subclass but compiles for tensortools' wrapper types:
+# their plain call of Tensor's operators written in Python (``__pow__``, ``__rsub__``, ...)
+# calls the function torch's wrapper wraps (tensortools.dispatch.wrapper, call_plain).
+BARE_ONLY = {"x ** 2": ("eager", lambda x, w: x**2, False)}
 
 # What compiles, beside them (so that the limits above are not the whole story).
 WORKS = {
@@ -107,3 +111,13 @@ def test_what_compiles_for_a_subclass(case, kind):
     if kind == "MetadataTensor":
         for t in out if isinstance(out, tuple) else (out,):
             assert isinstance(t, MetadataTensor) and t.metadata == {"k": 1}
+
+
+@pytest.mark.parametrize("limit", BARE_ONLY)
+def test_what_a_bare_subclass_cannot_compile_metadata_tensor_can(limit):
+    bare_backend, func, grad = BARE_ONLY[limit]
+    with pytest.raises(Exception):  # noqa: B017,PT011 - torch's error, whatever it is
+        _compile_and_run("plain subclass", bare_backend, func, grad)
+    for backend in (bare_backend, "inductor"):
+        out = _compile_and_run("MetadataTensor", backend, func, grad)
+        assert isinstance(out, MetadataTensor) and out.metadata == {"k": 1}
