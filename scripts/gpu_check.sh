@@ -62,7 +62,8 @@ pack() {  # every log in one file, for transports that bring back few files
 
 FOREVER=100000
 if [ $QUICK -eq 1 ]; then
-  # The build for this GPU's architecture only, in place.
+  # The build for this GPU's architecture only, in place (importable from the checkout).
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
   if [ -z "${TORCH_CUDA_ARCH_LIST:-}" ]; then
     TORCH_CUDA_ARCH_LIST=$("$PY" -c "import torch; print('%d.%d' % torch.cuda.get_device_capability())")
     export TORCH_CUDA_ARCH_LIST
@@ -79,6 +80,10 @@ if [ $QUICK -eq 1 ]; then
   "$PY" -c "import xdist" 2>/dev/null && par=(-n 8)
   step tests 200 "$PY" -m pytest -q -rs -p no:cacheprovider "${par[@]}" -m cuda \
     --junitxml="$OUT/tests.xml" tests
+  step recurrent 120 "$PY" -m tensortools.bench --device cuda --recurrent-only \
+    --min-run-time 0.2 --rounds 3 --size 16/32/128 --size 64/1024/128 --size 32/256/512 \
+    --json "$OUT/recurrent.json"
+  step char-model 90 "$PY" examples/char_model.py --device cuda --plot "$OUT/char_model.png"
   step sanitizer-memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$PY" -m pytest -q -x -p no:cacheprovider -m cuda tests/test_ops_axpby.py \
     tests/test_ops_lltm.py tests/test_ops_conv_bn2d.py tests/test_ops_scalar_ops.py \
@@ -96,6 +101,9 @@ else
   step bench-sequence $FOREVER "$PY" -m tensortools.bench --device cuda --dtype float32 \
     --no-lltm --no-conv-bn --no-scalar --no-dispatch --size 16/32/128 --size 64/1024/128 \
     --json "$OUT/sequence.json"
+  step recurrent $FOREVER "$PY" -m tensortools.bench --device cuda --recurrent-only \
+    --size 16/32/128 --size 64/1024/128 --size 32/256/512 --json "$OUT/recurrent.json"
+  step char-model $FOREVER "$PY" examples/char_model.py --device cuda --plot "$OUT/char_model.png"
   step bandwidth $FOREVER "$PY" -m tensortools.bench.bandwidth
   if command -v compute-sanitizer >/dev/null; then
     for tool in memcheck racecheck; do

@@ -85,17 +85,34 @@ def build_config() -> BuildConfig:
         # The sanitizer flags come last, so their -O1 wins over -O3.
         cxx_flags=[*opt, "-fopenmp", "-fno-trapping-math", "-fno-math-errno", *san_flags],
         nvcc_flags=opt,
-        # -lstdc++ before the driver's own: a compiler set up to link libstdc++
-        # statically (seen on a GPU machine) would give the extension a second C++
-        # runtime, whose locale ids differ from torch's; a stream made here and written to
-        # by libc10 (a SymInt in an error message) then crashes. Linked first, the shared
-        # libstdc++ torch uses provides every symbol, and the static one adds nothing.
         link_flags=[
-            *(["-lstdc++"] if sys.platform.startswith("linux") else []),
+            *_shared_cpp_runtime(),
             "-fopenmp",
             *([f"-fsanitize={sanitize}"] if sanitize else []),
         ],
     )
+
+
+def _shared_cpp_runtime() -> list[str]:
+    """Link flags that make the extension use the C++ runtime torch has loaded.
+
+    A compiler that links libstdc++ statically (seen on a GPU machine, where the driver's
+    own ``-lstdc++`` found only the archive) gives the extension a second C++ runtime,
+    whose locale ids differ from torch's: a stream made here and written to by libc10 (a
+    SymInt in an error message) then crashes the process. Naming the shared library this
+    process loaded, by its path, before the driver's own ``-lstdc++`` makes it provide
+    every symbol; the static one then adds nothing.
+    """
+    if not sys.platform.startswith("linux"):
+        return []
+    import torch  # noqa: F401  (loads the libstdc++ torch was built against)
+
+    try:
+        with open("/proc/self/maps") as maps:
+            loaded = {line.split()[-1] for line in maps if "/libstdc++.so" in line}
+    except OSError:
+        loaded = set()
+    return sorted(loaded)[:1] or ["-lstdc++"]
 
 
 def jit_load(verbose: bool = False) -> ModuleType:
