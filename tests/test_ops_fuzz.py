@@ -543,16 +543,21 @@ def _conv_bn_reference(input, weight, stats, gamma, beta, options):
     return out, stats
 
 
-def _folded_conv_bn(args, options):
+def _folded_conv_bn(args, options, rounded_to=None):
+    """Evaluation's maths as the operator folds it; with rounded_to, the folded weight and
+    bias are rounded to that dtype (and the rest computed in the arguments' own)."""
     scale = torch.rsqrt(args["running_var"] + options["eps"])
     if args["gamma"] is not None:
         scale = scale * args["gamma"]
     bias = -args["running_mean"] * scale
     if args["beta"] is not None:
         bias = bias + args["beta"]
+    weight = args["weight"] * scale.reshape(-1, 1, 1, 1)
+    if rounded_to is not None:
+        weight, bias = (t.to(rounded_to).to(t.dtype) for t in (weight, bias))
     return torch.nn.functional.conv2d(
         args["input"],
-        args["weight"] * scale.reshape(-1, 1, 1, 1),
+        weight,
         bias,
         options["stride"],
         options["padding"],
@@ -629,6 +634,13 @@ def test_fused_conv_bn2d(device, case):
         # weight times a small scale underflows to 0 there, and 0 * Inf is NaN.
         args = args_on(device)
         wants.append((_folded_conv_bn(args, options), [args["running_mean"], args["running_var"]]))
+    if expect_ok and not options["training"] and kind.dtype in (torch.float16, torch.bfloat16):
+        # In float16/bfloat16 the folded weight and bias are rounded to the dtype (once:
+        # the fold is computed in float), so an output whose terms cancel is accurate to
+        # the terms' size, not its own (seen on CUDA: 0.055 off at -0.38 among outputs ~12).
+        args = args_on(device, torch.float64)
+        stats = [args["running_mean"], args["running_var"]]
+        wants.append((_folded_conv_bn(args, options, rounded_to=kind.dtype), stats))
     state = {}
 
     def call_on(dev):

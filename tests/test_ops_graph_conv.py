@@ -153,3 +153,19 @@ def test_graph_conv_cuda_matches_cpu(layout):
     a = a.to_sparse() if layout == "coo" else a.to_sparse_csr() if layout == "csr" else a
     got = ops.graph_conv(a, x.cuda(), w.cuda(), b.cuda())
     torch.testing.assert_close(got.cpu(), reference.graph_conv(adj, x, w, b))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+@pytest.mark.parametrize("nodes", [0, 4])
+def test_sparse_adj_in_half_types_is_refused_naming_adj(dtype, layout, nodes):
+    # ATen's sparse COO product has no half-type CUDA kernel (its error names no argument)
+    # and an empty one returned without reaching it; a dense adj takes them.
+    adj = torch.rand(nodes, nodes, device="cuda").to(dtype)
+    x, w = torch.randn(nodes, 3, device="cuda", dtype=dtype), torch.randn(3, 2, device="cuda")
+    w = w.to(dtype)
+    assert ops.graph_conv(adj, x, w).shape == (nodes, 2)
+    sparse = adj.to_sparse() if layout == "coo" else adj.to_sparse_csr()
+    with pytest.raises(TypeError, match="sparse 'adj' must have dtype Float or Double"):
+        ops.graph_conv(sparse, x, w)

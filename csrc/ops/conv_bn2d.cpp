@@ -5,6 +5,7 @@
 #include "conv_bn2d.h"
 
 #include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
 #include <torch/library.h>
 
 #include <limits>
@@ -219,17 +220,21 @@ at::Tensor conv_bn2d_eval(const at::Tensor& input, const at::Tensor& weight,
   check_conv_args(input, weight, gamma, beta, stride, padding, eps,
                   floating_types_for(input.device()));
   check_running_stats(running_mean, running_var, input, "input", weight.sym_size(0));
-  at::Tensor scale = at::rsqrt(running_var + eps);
+  // The fold is computed in float for float16/bfloat16 (as batch norm computes), so the
+  // folded weight and bias are rounded to their dtype once, not after every step.
+  const auto up = [&](const at::Tensor& t) { return t.to(at::toOpMathType(t.scalar_type())); };
+  at::Tensor scale = at::rsqrt(up(running_var) + eps);
   if (gamma.has_value() && gamma->defined()) {
-    scale = scale * *gamma;
+    scale = scale * up(*gamma);
   }
-  at::Tensor bias = -running_mean * scale;
+  at::Tensor bias = -up(running_mean) * scale;
   if (beta.has_value() && beta->defined()) {
-    bias = bias + *beta;
+    bias = bias + up(*beta);
   }
+  const at::Tensor folded = (up(weight) * scale.reshape({-1, 1, 1, 1})).to(weight.scalar_type());
   // In input's memory format on every device (ATen's own meta conv2d gives a contiguous
   // result where its CPU and CUDA kernels keep channels_last).
-  return at::conv2d(input, weight * scale.reshape({-1, 1, 1, 1}), bias, stride, padding)
+  return at::conv2d(input, folded, bias.to(weight.scalar_type()), stride, padding)
       .contiguous(input.suggest_memory_format());
 }
 

@@ -53,6 +53,12 @@ void check_args(const at::Tensor& adj, const at::Tensor& x, const at::Tensor& we
       adj.sparse_dim(), " and dense_dim ", adj.dense_dim(), " for shape ", adj.sym_sizes());
   checks::same_dtype(kOp, a_adj, a_x);
   checks::same_device(kOp, a_adj, a_x);
+  // ATen's sparse COO product has no Half or BFloat16 kernel on CUDA (its error names no
+  // argument, and an empty product skips it and returns): sparse takes float32/float64.
+  TORCH_CHECK_TYPE(adj.layout() == at::kStrided || (at::isFloatingType(adj.scalar_type()) &&
+                                                    c10::elementSize(adj.scalar_type()) >= 4),
+                   kOp, ": a sparse 'adj' must have dtype Float or Double, got ", adj.scalar_type(),
+                   " (dense 'adj' takes ", adj.scalar_type(), " on this device)");
   checks::dim(kOp, a_x, 2, "nodes x in_features");
   checks::dim(kOp, a_weight, 2, "in_features x out_features");
   const c10::SymInt N = x.sym_size(0);
