@@ -6,10 +6,19 @@ import math
 
 import torch
 from torch import Tensor
+from torch import distributed as dist
 
 from tensortools import ops
+from tensortools.ops._checks import check_tensors
 
-__all__ = ["FusedConvBN2d", "GraphConv", "LLTM", "LLTMSequence"]
+__all__ = [
+    "FusedConvBN2d",
+    "GraphConv",
+    "LLTM",
+    "LLTMSequence",
+    "SyncFusedConvBN2d",
+    "convert_sync_fused",
+]
 
 
 def _positive_int(module: str, name: str, value: object) -> int:
@@ -187,7 +196,7 @@ class FusedConvBN2d(torch.nn.Module):
         dtype=None,
     ) -> None:
         super().__init__()
-        name = "FusedConvBN2d"
+        name = type(self).__name__
         self.in_channels = _positive_int(name, "in_channels", in_channels)
         self.out_channels = _positive_int(name, "out_channels", out_channels)
         self.kernel_size = _positive_pair(name, "kernel_size", kernel_size)
@@ -268,11 +277,15 @@ class FusedConvBN2d(torch.nn.Module):
             self.running_var.fill_(1)
             self.num_batches_tracked.zero_()
 
+    def _momentum(self) -> float:
+        """The weight of this batch's statistics in the running ones."""
+        if self.training and self.track_running_stats and self.momentum is None:
+            return 1.0 / (float(self.num_batches_tracked) + 1)  # a cumulative average
+        return 0.0 if self.momentum is None else self.momentum
+
     def forward(self, input: Tensor) -> Tensor:
         counting = self.training and self.track_running_stats
-        momentum = 0.0 if self.momentum is None else self.momentum
-        if counting and self.momentum is None:  # a cumulative average over the batches
-            momentum = 1.0 / (float(self.num_batches_tracked) + 1)
+        momentum = self._momentum()
         # Batch statistics in training, and always when no running ones are kept.
         use_batch = self.training or self.running_mean is None
         keep_stats = not self.training or self.track_running_stats
@@ -300,3 +313,264 @@ class FusedConvBN2d(torch.nn.Module):
             f"momentum={self.momentum}, affine={self.affine}, "
             f"track_running_stats={self.track_running_stats}"
         )
+
+
+def _check_conv_bn_args(input, weight, gamma, beta, stride, padding, eps) -> None:
+    """The fused operator's own checks of its arguments (they live in C++), run on meta
+    copies. Its training rule "more than 1 value per channel" is left out: a rank's share of
+    the batch may hold 1 value or none; the global count is checked after the exchange."""
+    check_tensors("fused_conv_bn2d", ("input",), (input,))
+    stats = torch.empty(weight.shape[0], dtype=input.dtype, device="meta")
+    meta = [None if t is None else t.to("meta") for t in (input, weight, gamma, beta)]
+    torch.ops.tensortools.conv_bn2d_eval.default(
+        meta[0], meta[1], stats, stats, meta[2], meta[3], stride, padding, eps
+    )
+
+
+def _channels(t: Tensor) -> Tensor:
+    return t.reshape(-1, 1, 1)
+
+
+class _SyncConvBN2d(torch.autograd.Function):
+    """batch_norm(conv2d(input, weight)) with the statistics of the batch of every rank of
+    ``group``. Forward: one all-gather of each rank's (mean, variance, count, failed) per
+    channel, merged with Chan's formula (exact for uneven and empty shares, and no
+    E[z²] - E[z]² cancellation). Backward: one all-reduce of sum(dy) and sum(dy * (z - mean)),
+    as torch.nn.SyncBatchNorm does. Saved for backward: input, weight, gamma, mean and var,
+    what the single-process operator saves; the convolution is computed again there."""
+
+    @staticmethod
+    def forward(
+        ctx,
+        input,
+        weight,
+        gamma,
+        beta,
+        running_mean,
+        running_var,
+        stride,
+        padding,
+        eps,
+        momentum,
+        group,
+    ):
+        channels = weight.shape[0]
+        share = torch.zeros(2 * channels + 2, dtype=torch.float64, device=weight.device)
+        error = None
+        try:
+            _check_conv_bn_args(input, weight, gamma, beta, stride, padding, eps)
+            z = torch.nn.functional.conv2d(input, weight, None, stride, padding)
+            count = z.numel() // channels
+            if count:  # half types: statistics in float32, as the fused operator's
+                wide = z if z.dtype in (torch.float32, torch.float64) else z.float()
+                var, mean = torch.var_mean(wide, dim=(0, 2, 3), correction=0)
+                share[:channels], share[channels:-2] = mean, var
+            share[-2] = count
+        except Exception as err:  # raised below, once every rank knows to raise
+            error, share[-1] = err, 1
+        world = dist.get_world_size(group)
+        shares = share.new_empty(world, share.numel())
+        if dist.get_backend(group) == "gloo":  # gloo has no all_gather_into_tensor
+            dist.all_gather(list(shares.unbind(0)), share, group=group)
+        else:
+            dist.all_gather_into_tensor(shares, share, group=group)
+        failed = shares[:, -1].nonzero().flatten().tolist()
+        if error is not None:
+            raise error
+        if failed:
+            raise RuntimeError(
+                f"SyncFusedConvBN2d: the forward failed on rank(s) {failed} of the process "
+                "group (their error is raised there), so it fails here too"
+            )
+        means, variances, counts = shares[:, :channels], shares[:, channels:-2], shares[:, -2:-1]
+        total = counts.sum()
+        if total <= 1:
+            raise ValueError(
+                "SyncFusedConvBN2d: training needs more than 1 value per channel over all "
+                f"ranks, got {int(total)}"
+            )
+        mean = (counts * means).sum(0) / total
+        var = (counts * (variances + (means - mean) ** 2)).sum(0) / total
+        if running_mean is not None:  # as batch_norm: the unbiased variance, momentum
+            running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
+            unbiased = var * (total / (total - 1))
+            running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
+        stats_dtype = torch.promote_types(z.dtype, torch.float32)
+        mean, var = mean.to(stats_dtype), var.to(stats_dtype)
+        scale = torch.rsqrt(var + eps)
+        if gamma is not None:
+            scale = scale * gamma
+        out = z.sub_(_channels(mean.to(z.dtype))).mul_(_channels(scale.to(z.dtype)))
+        if beta is not None:
+            out.add_(_channels(beta.to(z.dtype)))
+        ctx.save_for_backward(input, weight, gamma, mean, var)
+        ctx.conv = (stride, padding, z.dtype)
+        ctx.norm = (eps, float(total), group)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_output):
+        input, weight, gamma, mean, var = ctx.saved_tensors
+        (stride, padding, dtype), (eps, total, group) = ctx.conv, ctx.norm
+        need_input, need_weight, need_gamma, need_beta = ctx.needs_input_grad[:4]
+        # Under autocast the forward's convolution ran in `dtype`; so does its recomputation.
+        x, w = input.to(dtype), weight.to(dtype)
+        dy = grad_output.to(dtype)
+        xmu = torch.nn.functional.conv2d(x, w, None, stride, padding)
+        xmu.sub_(_channels(mean.to(dtype)))
+        invstd = torch.rsqrt(var + eps)
+        dims, acc = (0, 2, 3), mean.dtype
+        sums = torch.stack([dy.sum(dims, dtype=acc), (dy * xmu).sum(dims, dtype=acc)])
+        grad_gamma = sums[1] * invstd if need_gamma else None
+        grad_beta = sums[0].clone() if need_beta else None
+        grad_input = grad_weight = None
+        if need_input or need_weight:
+            dist.all_reduce(sums, group=group)  # a rank with no samples takes part too
+            mean_dy, mean_dy_xmu = sums / total
+            scale = invstd if gamma is None else invstd * gamma
+            # grad_z = scale * (dy - mean(dy) - (z - mean) * invstd² * mean(dy * (z - mean)))
+            grad_z = xmu.mul_(_channels((-invstd * invstd * mean_dy_xmu).to(dtype)))
+            grad_z.add_(dy).sub_(_channels(mean_dy.to(dtype))).mul_(_channels(scale.to(dtype)))
+            grad_input, grad_weight, _ = torch.ops.aten.convolution_backward(
+                grad_z,
+                x,
+                w,
+                None,
+                stride,
+                padding,
+                [1, 1],
+                False,
+                [0, 0],
+                1,
+                [need_input, need_weight, False],
+            )
+            if need_input:
+                grad_input = grad_input.to(input.dtype)
+            if need_weight:
+                grad_weight = grad_weight.to(weight.dtype)
+        if grad_gamma is not None:
+            grad_gamma = grad_gamma.to(gamma.dtype)
+        if grad_beta is not None:
+            grad_beta = grad_beta.to(gamma.dtype)
+        return grad_input, grad_weight, grad_gamma, grad_beta, *([None] * 7)
+
+
+class SyncFusedConvBN2d(FusedConvBN2d):
+    """:class:`FusedConvBN2d` whose training statistics are those of the batch of every
+    process of ``process_group`` (the default group when ``None``), as
+    ``torch.nn.SyncBatchNorm`` computes them.
+
+    Same constructor, parameters and buffers as :class:`FusedConvBN2d`, plus
+    ``process_group``. In training under an initialised process group of more than one
+    process, each forward exchanges each rank's per-channel statistics once (every rank must
+    call it, also a rank with an empty batch), and each backward all-reduces two per-channel
+    sums once; the running statistics, the same on every rank, take the unbiased variance
+    over the global count. Backward keeps what :class:`FusedConvBN2d` keeps (input, weight,
+    per-channel statistics) and computes the convolution again. An input that fails the
+    checks on one rank makes the forward raise on every rank, rather than leave the others
+    waiting. In evaluation, or without a process group of more than one process, it is
+    :class:`FusedConvBN2d`: no communication. ``forward(input)``: N×in_channels×H×W, N may
+    differ between ranks and be 0.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] = 0,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        process_group: dist.ProcessGroup | None = None,
+        *,
+        device=None,
+        dtype=None,
+    ) -> None:
+        if process_group is not None and not isinstance(process_group, dist.ProcessGroup):
+            raise TypeError(
+                "SyncFusedConvBN2d: 'process_group' must be a torch.distributed.ProcessGroup "
+                f"or None, got {type(process_group).__name__}"
+            )
+        super().__init__(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding,
+            eps,
+            momentum,
+            affine,
+            track_running_stats,
+            device=device,
+            dtype=dtype,
+        )
+        self.process_group = process_group
+
+    def _sync_group(self) -> dist.ProcessGroup | None:
+        """The group to take statistics over, or None where there is nobody to ask."""
+        if not (self.training and dist.is_available() and dist.is_initialized()):
+            return None
+        group = self.process_group or dist.group.WORLD
+        return group if dist.get_world_size(group) > 1 else None
+
+    def forward(self, input: Tensor) -> Tensor:
+        group = self._sync_group()
+        if group is None:
+            return super().forward(input)
+        out = _SyncConvBN2d.apply(
+            input,
+            self.weight,
+            self.gamma,
+            self.beta,
+            self.running_mean,  # None unless tracked
+            self.running_var,
+            self.stride,
+            self.padding,
+            self.eps,
+            self._momentum(),
+            group,
+        )
+        if self.track_running_stats:
+            self.num_batches_tracked.add_(1)
+        return out
+
+
+def convert_sync_fused(
+    module: torch.nn.Module, process_group: dist.ProcessGroup | None = None
+) -> torch.nn.Module:
+    """``module`` with every :class:`FusedConvBN2d` in it (itself included) replaced by a
+    :class:`SyncFusedConvBN2d` holding the same parameters and buffers (the same tensors,
+    not copies), training flag and ``requires_grad``, as
+    ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` does for batch norms. Children are
+    replaced in place; the module returned is ``module`` itself unless ``module`` is a
+    :class:`FusedConvBN2d`."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(
+            f"convert_sync_fused: 'module' must be a torch.nn.Module, got {type(module).__name__}"
+        )
+    converted = module
+    if isinstance(module, FusedConvBN2d) and not isinstance(module, SyncFusedConvBN2d):
+        converted = SyncFusedConvBN2d(
+            module.in_channels,
+            module.out_channels,
+            module.kernel_size,
+            module.stride,
+            module.padding,
+            module.eps,
+            module.momentum,
+            module.affine,
+            module.track_running_stats,
+            process_group,
+            device=module.weight.device,
+            dtype=module.weight.dtype,
+        )
+        for name, tensor in (*module._parameters.items(), *module._buffers.items()):
+            setattr(converted, name, tensor)
+        converted.training = module.training
+    for name, child in module.named_children():
+        converted.add_module(name, convert_sync_fused(child, process_group))
+    return converted
