@@ -290,6 +290,36 @@ def _metadata_inputs(mesh, rank: int) -> dict:
     return report
 
 
+def _in_place_on_output(mesh, rank: int) -> dict:
+    """An in-place op on a sharded nn.LLTM's new_h, then a loss of new_h alone (on plain
+    tensors ops.lltm's backward does not need new_h, so eager PyTorch allows it)."""
+    import warnings
+
+    report = {}
+    x, h, c, _ = (_shard(t, rank) for t in _data("lltm"))
+    for kind in ("plain", "metadata"):
+        for reshard in (True, False):
+            model = _fully_shard(_make("lltm"), mesh, reshard)
+            input = MetadataTensor(x, {"rank": rank}) if kind == "metadata" else x
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                new_h, _ = model(input, (h, c))
+            got = {
+                "view": new_h._base is not None,
+                "warned": any("returned a view tensor" in str(w.message) for w in caught),
+            }
+            new_h += 1
+            try:
+                (new_h**2).mean().backward()
+            except RuntimeError as err:  # the same on every rank: no collective waits
+                got["error"] = str(err)
+            else:
+                got["grad_types"] = sorted({type(p.grad).__name__ for p in model.parameters()})
+                got["grads"] = _grads(model)
+            report[kind, reshard] = got
+    return report
+
+
 def _state_dicts(mesh, rank: int, tmp: str) -> dict:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
@@ -430,6 +460,8 @@ def _worker(rank: int, tmp: str) -> None:
             "state_dicts": _state_dicts(mesh, rank, tmp),
             "dtensor": _dtensor_calls(mesh),
             "compiled": _compiled(mesh, rank),
+            # last: a failed backward may leave FSDP's state behind
+            "in_place": _in_place_on_output(mesh, rank),
         }
         torch.save(report, f"{tmp}/rank{rank}.pt")
     finally:
@@ -690,6 +722,45 @@ def test_compiled_sharded_model_trains_as_one_process(reports):
         _assert_equal(got["params"], want["params"])
         # the operators run inside the compiled graphs (FSDP's hooks run between them)
         assert set(NET_OPERATORS) <= set(got["graph_ops"]), got["graph_ops"]
+
+
+def _in_place_reference() -> dict[str, torch.Tensor]:
+    model = _make("lltm")
+    x, h, c, _ = _data("lltm")
+    new_h, _ = model(x, (h, c))
+    ((new_h + 1) ** 2).mean().backward()
+    return _grads(model)
+
+
+@pytest.mark.parametrize("reshard", [True, False], ids=["reshard", "no_reshard"])
+def test_in_place_op_on_a_sharded_lltm_output(reports, reshard):
+    """Plain inputs: an in-place op on new_h before the loss is as in one process."""
+    want = _in_place_reference()
+    for report in reports:
+        got = report["in_place"]["plain", reshard]
+        assert not got["view"] and not got["warned"] and "error" not in got
+        assert got["grad_types"] == ["DTensor"]
+        _assert_equal(got["grads"], want)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="with a MetadataTensor input, ops.lltm's (and ops.lltm_sequence's) outputs are "
+    "views (their _base is set), so FSDP2 warns that the module returned a view, and an "
+    "in-place op on new_h drops FSDP's pre-backward hook: with reshard_after_forward=True "
+    "backward fails on the freed parameters ('setStorage: ... out of bounds for storage "
+    "of size 0'); with False, no gradient is reduce-scattered (each rank keeps a plain "
+    "local gradient)",
+)
+@pytest.mark.parametrize("reshard", [True, False], ids=["reshard", "no_reshard"])
+def test_in_place_op_on_a_sharded_lltm_output_with_metadata_input(reports, reshard):
+    want = _in_place_reference()
+    for report in reports:
+        got = report["in_place"]["metadata", reshard]
+        assert "error" not in got, got["error"]
+        assert got["grad_types"] == ["DTensor"], got["grad_types"]
+        _assert_equal(got["grads"], want)
+        assert not got["view"] and not got["warned"]
 
 
 # -- the example ------------------------------------------------------------------------
