@@ -1,6 +1,6 @@
 """FSDP2 (torch.distributed.fsdp.fully_shard) over tensortools' modules: nn.LLTM,
-nn.LLTMSequence, nn.GraphConv, nn.FusedConvBN2d and a model made of them (gloo, two
-processes on this machine, float64).
+nn.LLTMSequence, nn.GraphConv, nn.FusedConvBN2d (and nn.SyncFusedConvBN2d) and a model
+made of them (gloo, two processes on this machine, float64).
 
 One spawn serves the whole file: two workers share one process group, shard the models
 with ``fully_shard``, train, save and call the operators, and save what they saw; the
@@ -49,8 +49,17 @@ GRAPHS, NODES, GRAPH_OUT = 4, 5, 3  # graph conv: a batch of GRAPHS graphs of NO
 LR, ITERATIONS = 0.5, 2
 
 # Each module alone, and _Net made of all of them. FusedConvBN2d in training mode
-# normalises with each rank's batch statistics; every other case is batch-independent.
-CASES = ("lltm", "lltm_sequence", "graph_conv", "conv_bn_eval", "conv_bn_train", "net")
+# normalises with each rank's batch statistics; every other case is batch-independent,
+# or (SyncFusedConvBN2d) normalises with the statistics of the batches of every rank.
+CASES = (
+    "lltm",
+    "lltm_sequence",
+    "graph_conv",
+    "conv_bn_eval",
+    "conv_bn_train",
+    "sync_conv_bn_train",  # SyncFusedConvBN2d: the statistics of every rank's batch
+    "net",
+)
 PER_RANK_STATISTICS = {"conv_bn_train"}
 
 
@@ -117,6 +126,8 @@ def _make(case: str) -> torch.nn.Module:
         return nn.GraphConv(FEATURES, GRAPH_OUT, dtype=torch.float64)
     if case.startswith("conv_bn"):
         return _conv_bn().train(case == "conv_bn_train")
+    if case == "sync_conv_bn_train":
+        return nn.convert_sync_fused(_conv_bn().train())
     net = _Net()
     net.conv.eval()  # running statistics: the model is batch-independent
     return net
@@ -140,7 +151,7 @@ def _data(case: str) -> tuple[torch.Tensor, ...]:
         adj = adj / adj.sum(2, keepdim=True)
         return adj, randn(GRAPHS, NODES, FEATURES), randn(GRAPHS, NODES, GRAPH_OUT)
     images = randn(BATCH, IN_CH, SIDE, SIDE)
-    if case.startswith("conv_bn"):
+    if "conv_bn" in case:
         return images, randn(BATCH, OUT_CH, SIDE, SIDE)
     return images, randn(BATCH, 1)
 
@@ -554,7 +565,7 @@ def _reference(case: str, parts: int) -> dict:
 def test_fully_shard_training_matches_one_process(reports, case, reshard):
     """Two SGD steps under fully_shard equal one process on the full batch; with
     FusedConvBN2d in training mode, the mean of each rank's shard run alone (batch
-    statistics are per rank, as under DDP)."""
+    statistics are per rank, as under DDP), and SyncFusedConvBN2d the full batch again."""
     per_rank = case in PER_RANK_STATISTICS
     want = _reference(case, WORLD_SIZE if per_rank else 1)
     for rank, report in enumerate(reports):
