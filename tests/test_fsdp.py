@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import time
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -304,8 +305,6 @@ def _metadata_inputs(mesh, rank: int) -> dict:
 def _in_place_on_output(mesh, rank: int) -> dict:
     """An in-place op on a sharded nn.LLTM's new_h, then a loss of new_h alone (on plain
     tensors ops.lltm's backward does not need new_h, so eager PyTorch allows it)."""
-    import warnings
-
     report = {}
     x, h, c, _ = (_shard(t, rank) for t in _data("lltm"))
     for kind in ("plain", "metadata"):
