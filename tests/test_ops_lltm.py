@@ -12,6 +12,7 @@ from _support.lltm_cases import (
     run,
 )
 from _support.op_samples import (
+    FLOATING,
     HALF_TOLERANCE,
     D,
     OperatorTests,
@@ -385,11 +386,11 @@ def test_mismatched_dtype_names_the_argument(index):
         ops.lltm(*_with(index, _good[index].float()))
 
 
-@pytest.mark.parametrize(
-    "dtype", [torch.int64, torch.int32, torch.bool, torch.float16, torch.bfloat16, torch.complex64]
-)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.complex64])
 def test_unsupported_dtype(dtype):
-    with pytest.raises(TypeError, match="'input' must have dtype Float or Double on cpu"):
+    with pytest.raises(
+        TypeError, match="'input' must have dtype Float, Double, Half or BFloat16 on cpu"
+    ):
         ops.lltm(*[a.to(dtype) for a in _good])
 
 
@@ -501,6 +502,8 @@ class TestSamples(OperatorTests):
         "lltm_forward": cell_forward_reference,
         "lltm_backward": _lltm_backward_reference,
     }
+    # The LLTM's kernels take the half types on the CPU too (computing in float32).
+    dtypes = dict.fromkeys(references, dict.fromkeys(("cpu", "cuda"), FLOATING["cuda"]))
 
 
 sample_inputs = TestSamples.sample_inputs
@@ -525,12 +528,12 @@ def test_lltm_cuda_matches_cpu_forward_and_backward(size, dtype):
         torch.testing.assert_close(a.cpu(), b, **tol)
 
 
-@pytest.mark.cuda
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-def test_lltm_half_types_against_float64(dtype):
+def test_lltm_half_types_against_float64(dtype, device):
     args = make_args(64, 32, 128)
     want = reference.lltm(*args)
-    got = ops.lltm(*to_each(args, dtype=dtype, device="cuda"))
+    got = ops.lltm(*to_each(args, dtype=dtype, device=device))
     for g, w in zip(got, want):
         assert g.dtype == dtype
         err = (g.double().cpu() - w).abs().max().item()

@@ -18,6 +18,7 @@ from _support.lltm_cases import (
     sequence_grads,
 )
 from _support.op_samples import (
+    FLOATING,
     HALF_TOLERANCE,
     LAYOUTS,
     D,
@@ -494,9 +495,11 @@ def test_mismatched_dtype_names_the_argument(index):
         ops.lltm_sequence(*_with(index, _good[index].float()))
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64])
 def test_unsupported_dtype(dtype):
-    with pytest.raises(TypeError, match="'input' must have dtype Float or Double on cpu"):
+    with pytest.raises(
+        TypeError, match="'input' must have dtype Float, Double, Half or BFloat16 on cpu"
+    ):
         ops.lltm_sequence(*[a.to(dtype) for a in _good])
 
 
@@ -648,6 +651,8 @@ class TestSamples(OperatorTests):
         "lltm_sequence_inference": _lltm_sequence_inference_reference,
     }
     tolerance = 16.0  # errors grow along the recurrence
+    # The LLTM's kernels take the half types on the CPU too (computing in float32).
+    dtypes = dict.fromkeys(references, dict.fromkeys(("cpu", "cuda"), FLOATING["cuda"]))
 
 
 sample_inputs = TestSamples.sample_inputs
@@ -676,22 +681,22 @@ def test_lltm_sequence_cuda_matches_cpu_forward_and_backward(size, dtype):
         torch.testing.assert_close(a.cpu(), b, **tol)
 
 
-@pytest.mark.cuda
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_lltm_sequence_half_types_against_float64(dtype):
+def test_lltm_sequence_half_types_against_float64(dtype, device):
     # Errors grow along the recurrence: 16 steps, compared at the scale of the results.
     args = make_sequence_args(16, 64, 32, 128)
     want = reference.lltm_sequence(*args)
-    got = ops.lltm_sequence(*to_each(args, dtype=dtype, device="cuda"))
+    got = ops.lltm_sequence(*to_each(args, dtype=dtype, device=device))
     for g, w in zip(got, want):
         assert g.dtype == dtype
         err = (g.double().cpu() - w).abs().max().item()
         assert err <= HALF_TOLERANCE[dtype] * max(1.0, w.abs().max().item()) * 16, err
 
 
-@pytest.mark.cuda
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_lltm_sequence_half_types_backward_against_float64(dtype):
+def test_lltm_sequence_half_types_backward_against_float64(dtype, device):
     # The backward adds each step's recurrent gradient into grad_h in the half type.
     args = make_sequence_args(16, 64, 32, 128)
     grads = [torch.randn(16, 64, 128, dtype=D), torch.randn(64, 128, dtype=D)]
@@ -704,8 +709,8 @@ def test_lltm_sequence_half_types_backward_against_float64(dtype):
     want = run(reference.lltm_sequence, args, grads)
     got = run(
         ops.lltm_sequence,
-        to_each(args, dtype=dtype, device="cuda"),
-        to_each(grads, dtype=dtype, device="cuda"),
+        to_each(args, dtype=dtype, device=device),
+        to_each(grads, dtype=dtype, device=device),
     )
     for g, w in zip(got, want):
         assert g.dtype == dtype

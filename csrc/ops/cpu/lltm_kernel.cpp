@@ -96,19 +96,80 @@ void backward_pass(const double* g, const double* nc, const double* gh, const do
   backward_rows<double, StdMath>(g, nc, gh, gcell, dg, doc, b0, b1, S);
 }
 
+// float16 and bfloat16 are stored in their dtype and computed in float32 (as the CUDA
+// kernels do, and as torch's CPU LSTM does for them): each element is read, computed and
+// rounded once.
+template <typename T>
+void forward_pass_low(T* g, const T* oc, T* nc, T* nh, int64_t b0, int64_t b1, int64_t S) {
+  for (int64_t b = b0; b < b1; ++b) {
+    T* gi = g + b * 3 * S;
+    for (int64_t j = 0; j < S; ++j) {
+      float i = gi[j], o = gi[S + j], c = gi[2 * S + j], new_cell, new_h;
+      forward_element<float, cpu::FastMathF32>(i, o, c, static_cast<float>(oc[b * S + j]), new_cell,
+                                               new_h);
+      gi[j] = i;
+      gi[S + j] = o;
+      gi[2 * S + j] = c;
+      nc[b * S + j] = new_cell;
+      nh[b * S + j] = new_h;
+    }
+  }
+}
+
+template <typename T>
+void backward_pass_low(const T* g, const T* nc, const T* gh, const T* gcell, T* dg, T* doc,
+                       int64_t b0, int64_t b1, int64_t S) {
+  for (int64_t b = b0; b < b1; ++b) {
+    const T* gi = g + b * 3 * S;
+    T* di = dg + b * 3 * S;
+    const int64_t r = b * S;
+    for (int64_t j = 0; j < S; ++j) {
+      float d_i, d_o, d_c, d_old_cell;
+      backward_element<float, cpu::FastMathF32>(gi[j], gi[S + j], gi[2 * S + j], nc[r + j],
+                                                gh[r + j], gcell[r + j], d_i, d_o, d_c, d_old_cell);
+      di[j] = d_i;
+      di[S + j] = d_o;
+      di[2 * S + j] = d_c;
+      doc[r + j] = d_old_cell;
+    }
+  }
+}
+
+void forward_pass(at::Half* g, const at::Half* oc, at::Half* nc, at::Half* nh, int64_t b0,
+                  int64_t b1, int64_t S) {
+  forward_pass_low(g, oc, nc, nh, b0, b1, S);
+}
+
+void forward_pass(at::BFloat16* g, const at::BFloat16* oc, at::BFloat16* nc, at::BFloat16* nh,
+                  int64_t b0, int64_t b1, int64_t S) {
+  forward_pass_low(g, oc, nc, nh, b0, b1, S);
+}
+
+void backward_pass(const at::Half* g, const at::Half* nc, const at::Half* gh, const at::Half* gcell,
+                   at::Half* dg, at::Half* doc, int64_t b0, int64_t b1, int64_t S) {
+  backward_pass_low(g, nc, gh, gcell, dg, doc, b0, b1, S);
+}
+
+void backward_pass(const at::BFloat16* g, const at::BFloat16* nc, const at::BFloat16* gh,
+                   const at::BFloat16* gcell, at::BFloat16* dg, at::BFloat16* doc, int64_t b0,
+                   int64_t b1, int64_t S) {
+  backward_pass_low(g, nc, gh, gcell, dg, doc, b0, b1, S);
+}
+
 // One pointwise pass of the forward (2-D contiguous tensors, see ForwardPointwise).
 void forward_pointwise(const at::Tensor& gates, const at::Tensor& old_cell,
                        const at::Tensor& new_cell, const at::Tensor& new_h) {
   const int64_t B = gates.size(0), S = new_cell.size(1);
-  AT_DISPATCH_FLOATING_TYPES(gates.scalar_type(), "lltm_forward_cpu", [&] {
-    scalar_t* g = gates.data_ptr<scalar_t>();
-    const scalar_t* oc = old_cell.const_data_ptr<scalar_t>();
-    scalar_t* nc = new_cell.data_ptr<scalar_t>();
-    scalar_t* nh = new_h.data_ptr<scalar_t>();
-    at::parallel_for(0, B, cpu::grain_for(S * kElementCost), [&](int64_t begin, int64_t end) {
-      forward_pass(g, oc, nc, nh, begin, end, S);
-    });
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_forward_cpu", [&] {
+        scalar_t* g = gates.data_ptr<scalar_t>();
+        const scalar_t* oc = old_cell.const_data_ptr<scalar_t>();
+        scalar_t* nc = new_cell.data_ptr<scalar_t>();
+        scalar_t* nh = new_h.data_ptr<scalar_t>();
+        at::parallel_for(0, B, cpu::grain_for(S * kElementCost), [&](int64_t begin, int64_t end) {
+          forward_pass(g, oc, nc, nh, begin, end, S);
+        });
+      });
 }
 
 // One pointwise pass of the backward (2-D contiguous tensors, see BackwardPointwise).
@@ -116,23 +177,24 @@ void backward_pointwise(const at::Tensor& gates, const at::Tensor& new_cell,
                         const at::Tensor& grad_h, const at::Tensor& grad_cell,
                         const at::Tensor& d_gates, const at::Tensor& d_old_cell) {
   const int64_t B = new_cell.size(0), S = new_cell.size(1);
-  AT_DISPATCH_FLOATING_TYPES(gates.scalar_type(), "lltm_backward_cpu", [&] {
-    const scalar_t* g = gates.const_data_ptr<scalar_t>();
-    const scalar_t* nc = new_cell.const_data_ptr<scalar_t>();
-    const scalar_t* gh = grad_h.const_data_ptr<scalar_t>();
-    const scalar_t* gcell = grad_cell.const_data_ptr<scalar_t>();
-    scalar_t* dg = d_gates.data_ptr<scalar_t>();
-    scalar_t* doc = d_old_cell.data_ptr<scalar_t>();
-    at::parallel_for(0, B, cpu::grain_for(S * kElementCost), [&](int64_t begin, int64_t end) {
-      backward_pass(g, nc, gh, gcell, dg, doc, begin, end, S);
-    });
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_backward_cpu", [&] {
+        const scalar_t* g = gates.const_data_ptr<scalar_t>();
+        const scalar_t* nc = new_cell.const_data_ptr<scalar_t>();
+        const scalar_t* gh = grad_h.const_data_ptr<scalar_t>();
+        const scalar_t* gcell = grad_cell.const_data_ptr<scalar_t>();
+        scalar_t* dg = d_gates.data_ptr<scalar_t>();
+        scalar_t* doc = d_old_cell.data_ptr<scalar_t>();
+        at::parallel_for(0, B, cpu::grain_for(S * kElementCost), [&](int64_t begin, int64_t end) {
+          backward_pass(g, nc, gh, gcell, dg, doc, begin, end, S);
+        });
+      });
 }
 
 ForwardOutputs lltm_forward_cpu(const at::Tensor& input, const at::Tensor& weights,
                                 const at::Tensor& bias, const at::Tensor& old_h,
                                 const at::Tensor& old_cell) {
-  check_forward_args(input, weights, bias, old_h, old_cell, kCpuFloatingTypes);
+  check_forward_args(input, weights, bias, old_h, old_cell, kAllFloatingTypes);
   ForwardBuffers buf = forward_buffers(input, weights, bias, old_h, old_cell);
   forward_pointwise(buf.gates, buf.old_cell, buf.new_cell, buf.new_h);
   return {buf.new_h, buf.new_cell, buf.gates, buf.X};
@@ -141,7 +203,7 @@ ForwardOutputs lltm_forward_cpu(const at::Tensor& input, const at::Tensor& weigh
 BackwardOutputs lltm_backward_cpu(const at::Tensor& grad_h, const at::Tensor& grad_cell,
                                   const at::Tensor& new_cell, const at::Tensor& gates,
                                   const at::Tensor& X, const at::Tensor& weights) {
-  check_backward_args(grad_h, grad_cell, new_cell, gates, X, weights, kCpuFloatingTypes);
+  check_backward_args(grad_h, grad_cell, new_cell, gates, X, weights, kAllFloatingTypes);
   BackwardBuffers buf = backward_buffers(grad_h, grad_cell, new_cell, gates, X);
   backward_pointwise(buf.gates, buf.new_cell, buf.grad_h, buf.grad_cell, buf.d_gates,
                      buf.d_old_cell);
@@ -152,7 +214,7 @@ BackwardOutputs lltm_backward_cpu(const at::Tensor& grad_h, const at::Tensor& gr
 SequenceForwardOutputs lltm_sequence_forward_cpu(const at::Tensor& input, const at::Tensor& weights,
                                                  const at::Tensor& bias, const at::Tensor& h0,
                                                  const at::Tensor& c0) {
-  check_sequence_forward_args(input, weights, bias, h0, c0, kCpuFloatingTypes);
+  check_sequence_forward_args(input, weights, bias, h0, c0, kAllFloatingTypes);
   return run_sequence_forward(input, weights, bias, h0, c0, forward_pointwise);
 }
 
@@ -160,7 +222,7 @@ SequenceInferenceOutputs lltm_sequence_inference_cpu(const at::Tensor& input,
                                                      const at::Tensor& weights,
                                                      const at::Tensor& bias, const at::Tensor& h0,
                                                      const at::Tensor& c0) {
-  check_sequence_forward_args(input, weights, bias, h0, c0, kCpuFloatingTypes);
+  check_sequence_forward_args(input, weights, bias, h0, c0, kAllFloatingTypes);
   return run_sequence_inference(input, weights, bias, h0, c0, forward_pointwise);
 }
 
@@ -170,7 +232,7 @@ SequenceBackwardOutputs lltm_sequence_backward_cpu(
     const at::Tensor& output, const at::Tensor& cells, const at::Tensor& gates,
     std::array<bool, 3> output_mask) {
   check_sequence_backward_args(grad_output, grad_h_n, grad_c_n, input, weights, h0, output, cells,
-                               gates, kCpuFloatingTypes);
+                               gates, kAllFloatingTypes);
   return run_sequence_backward(grad_output, grad_h_n, grad_c_n, input, weights, h0, output, cells,
                                gates, output_mask, backward_pointwise);
 }
