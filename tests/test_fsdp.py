@@ -682,13 +682,6 @@ def test_full_state_dict_on_rank_0_loads_unsharded_and_sharded(reports):
         assert torch.allclose(report["state_dicts"]["reloaded_outputs"], want, **TOL)
 
 
-_UNSHARDED_ONLY = (
-    "tensortools' operators take plain tensors: a DTensor argument is refused by "
-    "torch's DTensor dispatch, in messages that name the operator's internal kernel "
-    "(e.g. tensortools.lltm_forward.default) but not the argument"
-)
-
-
 def test_dtensor_arguments_are_refused(reports):
     """A DTensor given to an operator directly (outside FSDP's unsharded forward) raises;
     no call computes on the local shards."""
@@ -696,16 +689,14 @@ def test_dtensor_arguments_are_refused(reports):
         calls = report["dtensor"]
         for name, (kind, message) in calls.items():
             assert kind != "returned", f"{name} returned a {message}"
-            if "all_replicated" in name:  # every argument a DTensor: no sharding rule
+            if name == "lltm_forward_all_replicated":  # the raw operator: no sharding rule
                 assert kind == "NotImplementedError", (name, kind, message)
                 assert "does not have a sharding strategy registered" in message, name
-            else:  # plain tensors beside a DTensor
-                assert kind == "RuntimeError", (name, kind, message)
-                assert "got mixed torch.Tensor and DTensor" in message, name
+            else:  # tensortools.ops: the first DTensor argument is named
+                assert kind == "TypeError" and "is a DTensor" in message, (name, message)
             assert "tensortools." in message, name
 
 
-@pytest.mark.xfail(strict=True, reason=_UNSHARDED_ONLY)
 def test_dtensor_argument_errors_name_the_argument(reports):
     want = {
         "lltm_fsdp_parameters": "'weights'",

@@ -2,20 +2,35 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
 from torch import Tensor
 
 
+def _is_dtensor(arg: Tensor) -> bool:
+    # No DTensor exists before torch.distributed.tensor is imported: no import cost here.
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(arg, module.DTensor)
+
+
 def check_tensors(fn_name: str, names: tuple[str, ...], args: tuple) -> None:
-    """Tensors, and strided ones: the operators have kernels for the strided layout only,
-    so a sparse tensor would meet the dispatcher's error, which names no argument."""
+    """Tensors, plain and strided ones: the operators have kernels for the strided layout
+    only, so a sparse tensor would meet the dispatcher's error, and a DTensor torch's
+    sharding-rule error; neither names the argument."""
     for name, arg in zip(names, args):
         if not isinstance(arg, Tensor):
             raise TypeError(
                 f"tensortools.ops.{fn_name}: '{name}' must be a torch.Tensor, "
                 f"got {type(arg).__name__}"
+            )
+        if _is_dtensor(arg):
+            raise TypeError(
+                f"tensortools.ops.{fn_name}: '{name}' is a DTensor (a parameter of a module "
+                "under fully_shard outside its forward, or a distributed tensor); the "
+                f"operators take plain tensors: call the module, or pass '{name}' as "
+                ".full_tensor() or .to_local()"
             )
         if arg.layout != torch.strided:
             raise TypeError(
