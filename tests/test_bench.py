@@ -106,6 +106,21 @@ def test_recurrent_rows_compare_every_layer_with_lstm_in_both_phases():
     assert table[1 + len(rows)].startswith("time ratio:") and "large GEMM:" in table[-1]
 
 
+def test_an_interrupted_recurrent_run_keeps_the_cases_it_finished():
+    from tensortools.bench.recurrent import recurrent_rows
+
+    rows, seen = [], []
+
+    def progress(label: str) -> None:  # stop as the second case starts
+        seen.append(label.split(" T=")[0])
+        if len(set(seen)) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        recurrent_rows([(2, 3, 4)], [5], min_run_time=0.01, rounds=1, progress=progress, into=rows)
+    assert len(rows) == 6 and {r.kind for r in rows} == {"sequence"}  # 3 layers x 2 phases
+
+
 def test_kernel_count_leaves_out_views_and_nested_calls():
     x = torch.randn(4, 4)
     assert bench.kernel_count(lambda: x.t().contiguous()) == 1  # the copy only

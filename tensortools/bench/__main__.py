@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import signal
 import sys
 
 import torch
@@ -155,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    interrupted = False
     quiet_profiler()
     if args.peers_only:
         args.peers = args.no_lltm = args.no_sequence = args.no_conv_bn = True
@@ -240,16 +242,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.recurrent:
         print(f"\nThe LLTM against torch's recurrent layers ({args.device})")
         results["recurrent"] = []
-        for name in dtypes:
-            results["recurrent"] += recurrent_rows(
-                args.size or RECURRENT_SIZES,
-                args.steps or RECURRENT_STEPS,
-                dtype=getattr(torch, name),
-                device=args.device,
-                min_run_time=args.min_run_time,
-                rounds=args.rounds,
-                progress=progress,
-            )
+        # SIGTERM (a time limit's `timeout`) as Ctrl-C: the cases measured so far are kept.
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            for name in dtypes:
+                recurrent_rows(
+                    args.size or RECURRENT_SIZES,
+                    args.steps or RECURRENT_STEPS,
+                    dtype=getattr(torch, name),
+                    device=args.device,
+                    min_run_time=args.min_run_time,
+                    rounds=args.rounds,
+                    progress=progress,
+                    into=results["recurrent"],
+                )
+        except KeyboardInterrupt:
+            interrupted = True
+            print("(interrupted: the cases measured until then)")
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         print(format_recurrent_table(results["recurrent"]))
     if args.peers:
         print("\nMetadataTensor beside MONAI's MetaTensor (float32, CPU)")
@@ -267,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
 
         plot_results(as_data, args.plot)
         print(f"\nplot written to {args.plot}")
-    return 0
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":

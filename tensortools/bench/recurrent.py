@@ -108,15 +108,18 @@ def recurrent_rows(
     rounds: int = 3,
     cells: bool = True,
     progress: Callable[[str], None] | None = None,
+    into: list[RecurrentRow] | None = None,
 ) -> list[RecurrentRow]:
     """Time each layer in both phases at each size and length (and the cells, one step,
-    at each size), in `rounds` interleaved rounds whose runs are pooled."""
+    at each size), in `rounds` interleaved rounds whose runs are pooled. Each case's rows
+    are appended to `into` (returned; a new list by default) as soon as it is measured,
+    so an interrupted run keeps the cases it finished."""
     gemm = gemm_gflops(dtype, device, min_run_time)
     g = {"dtype": dtype, "device": device}
     cases = [("sequence", size, t) for size, t in itertools.product(list(sizes), list(steps))]
     if cells:
         cases += [("cell", size, 1) for size in sizes]
-    rows = []
+    rows = [] if into is None else into
     for kind, size, n_steps in cases:
         batch, features, state = size
         layers = _layers(kind, features, state, g)
