@@ -2,10 +2,13 @@
 on CPU processes with the gloo backend.
 
 The model reads small images: ``nn.FusedConvBN2d``, then the rows of its feature map as a
-sequence through ``nn.LLTMSequence``, then a ``Linear`` head. Each of the two tensortools
-modules is a unit of its own (its parameters gathered just before it runs and freed after),
-and the root holds the head. Each process trains on its own shard of every batch; the
-gradients are averaged over the processes. Rank 0 prints the mean loss over the ranks::
+sequence through ``nn.LLTMSequence``, then a ``Linear`` head. ``nn.convert_sync_fused``
+makes the conv-bn a ``nn.SyncFusedConvBN2d``, whose batch statistics are those of every
+rank's images together (as ``torch.nn.SyncBatchNorm``'s), with the fused operator's memory
+saving. Each of the two tensortools modules is a unit of its own (its parameters gathered
+just before it runs and freed after), and the root holds the head. Each process trains on
+its own shard of every batch; the gradients are averaged over the processes. Rank 0 prints
+the mean loss over the ranks::
 
     torchrun --nproc-per-node 2 examples/fsdp_train.py --steps 5
 
@@ -76,6 +79,9 @@ def main(argv: list[str] | None = None) -> list[float]:
         # its own copy, it does not broadcast rank 0's.
         torch.manual_seed(0)
         model = Model(channels=3, features=4, side=args.side, state=args.state)
+        # batch statistics over every rank's images (one all-gather in forward, one
+        # all-reduce in backward)
+        model = tensortools.nn.convert_sync_fused(model)
         fully_shard(model.conv, mesh=mesh)
         fully_shard(model.rnn, mesh=mesh)
         fully_shard(model, mesh=mesh)  # each rank now holds 1/world of every parameter
