@@ -400,9 +400,9 @@ class _SyncConvBN2d(torch.autograd.Function):
         scale = torch.rsqrt(var + eps)
         if gamma is not None:
             scale = scale * gamma
-        out = z.sub_(_channels(mean.to(z.dtype))).mul_(_channels(scale.to(z.dtype)))
-        if beta is not None:
-            out.add_(_channels(beta.to(z.dtype)))
+        shift = -mean * scale if beta is None else beta - mean * scale
+        # as ATen's batch_norm: z * scale + shift, over z (ours), in one pass
+        out = torch.addcmul(_channels(shift.to(z.dtype)), z, _channels(scale.to(z.dtype)), out=z)
         ctx.save_for_backward(input, weight, gamma, mean, var)
         ctx.conv = (stride, padding, z.dtype)
         ctx.norm = (eps, float(total), group)
@@ -429,9 +429,12 @@ class _SyncConvBN2d(torch.autograd.Function):
             dist.all_reduce(sums, group=group)  # a rank with no samples takes part too
             mean_dy, mean_dy_xmu = sums / total
             scale = invstd if gamma is None else invstd * gamma
-            # grad_z = scale * (dy - mean(dy) - (z - mean) * invstd² * mean(dy * (z - mean)))
-            grad_z = xmu.mul_(_channels((-invstd * invstd * mean_dy_xmu).to(dtype)))
-            grad_z.add_(dy).sub_(_channels(mean_dy.to(dtype))).mul_(_channels(scale.to(dtype)))
+            # grad_z = scale * (dy - mean(dy) - (z - mean) * invstd² * mean(dy * (z - mean))),
+            # over z - mean (ours), in two passes
+            slope = -scale * invstd * invstd * mean_dy_xmu
+            offset = _channels((-scale * mean_dy).to(dtype))
+            grad_z = torch.addcmul(offset, xmu, _channels(slope.to(dtype)), out=xmu)
+            grad_z.addcmul_(dy, _channels(scale.to(dtype)))
             grad_input, grad_weight, _ = torch.ops.aten.convolution_backward(
                 grad_z,
                 x,
