@@ -370,10 +370,7 @@ class _SyncConvBN2d(torch.autograd.Function):
             error, share[-1] = err, 1
         world = dist.get_world_size(group)
         shares = share.new_empty(world, share.numel())
-        if dist.get_backend(group) == "gloo":  # gloo has no all_gather_into_tensor
-            dist.all_gather(list(shares.unbind(0)), share, group=group)
-        else:
-            dist.all_gather_into_tensor(shares, share, group=group)
+        dist.all_gather(list(shares.unbind(0)), share, group=group)  # every backend has it
         failed = shares[:, -1].nonzero().flatten().tolist()
         if error is not None:
             raise error
