@@ -360,9 +360,11 @@ class _SyncConvBN2d(torch.autograd.Function):
         try:
             _check_conv_bn_args(input, weight, gamma, beta, stride, padding, eps)
             z = torch.nn.functional.conv2d(input, weight, None, stride, padding)
+            # Half types (autocast): statistics and normalisation in float32, as the fused
+            # operator's and batch_norm's; the output in z's dtype.
+            wide = z.to(torch.promote_types(z.dtype, torch.float32))
             count = z.numel() // channels
-            if count:  # half types: statistics in float32, as the fused operator's
-                wide = z if z.dtype in (torch.float32, torch.float64) else z.float()
+            if count:
                 var, mean = torch.var_mean(wide, dim=(0, 2, 3), correction=0)
                 share[:channels], share[channels:-2] = mean, var
             share[-2] = count
@@ -392,14 +394,13 @@ class _SyncConvBN2d(torch.autograd.Function):
             running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
             unbiased = var * (total / (total - 1))
             running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
-        stats_dtype = torch.promote_types(z.dtype, torch.float32)
-        mean, var = mean.to(stats_dtype), var.to(stats_dtype)
+        mean, var = mean.to(wide.dtype), var.to(wide.dtype)
         scale = torch.rsqrt(var + eps)
         if gamma is not None:
             scale = scale * gamma
         shift = -mean * scale if beta is None else beta - mean * scale
-        # as ATen's batch_norm: z * scale + shift, over z (ours), in one pass
-        out = torch.addcmul(_channels(shift.to(z.dtype)), z, _channels(scale.to(z.dtype)), out=z)
+        # as ATen's batch_norm: z * scale + shift, in one pass over z (ours)
+        out = torch.addcmul(_channels(shift), wide, _channels(scale), out=wide).to(z.dtype)
         ctx.save_for_backward(input, weight, gamma, mean, var)
         ctx.conv = (stride, padding, z.dtype)
         ctx.norm = (eps, float(total), group)
@@ -412,13 +413,13 @@ class _SyncConvBN2d(torch.autograd.Function):
         (stride, padding, dtype), (eps, total, group) = ctx.conv, ctx.norm
         need_input, need_weight, need_gamma, need_beta = ctx.needs_input_grad[:4]
         # Under autocast the forward's convolution ran in `dtype`; so does its recomputation.
-        x, w = input.to(dtype), weight.to(dtype)
-        dy = grad_output.to(dtype)
-        xmu = torch.nn.functional.conv2d(x, w, None, stride, padding)
-        xmu.sub_(_channels(mean.to(dtype)))
+        # the elementwise maths in the statistics' dtype (float32 for half types)
+        x, w, dy = input.to(dtype), weight.to(dtype), grad_output.to(mean.dtype)
+        xmu = torch.nn.functional.conv2d(x, w, None, stride, padding).to(mean.dtype)
+        xmu.sub_(_channels(mean))
         invstd = torch.rsqrt(var + eps)
-        dims, acc = (0, 2, 3), mean.dtype
-        sums = torch.stack([dy.sum(dims, dtype=acc), (dy * xmu).sum(dims, dtype=acc)])
+        dims = (0, 2, 3)
+        sums = torch.stack([dy.sum(dims), (dy * xmu).sum(dims)])
         grad_gamma = sums[1] * invstd if need_gamma else None
         grad_beta = sums[0].clone() if need_beta else None
         grad_input = grad_weight = None
@@ -429,9 +430,8 @@ class _SyncConvBN2d(torch.autograd.Function):
             # grad_z = scale * (dy - mean(dy) - (z - mean) * invstd² * mean(dy * (z - mean))),
             # over z - mean (ours), in two passes
             slope = -scale * invstd * invstd * mean_dy_xmu
-            offset = _channels((-scale * mean_dy).to(dtype))
-            grad_z = torch.addcmul(offset, xmu, _channels(slope.to(dtype)), out=xmu)
-            grad_z.addcmul_(dy, _channels(scale.to(dtype)))
+            grad_z = torch.addcmul(_channels(-scale * mean_dy), xmu, _channels(slope), out=xmu)
+            grad_z = grad_z.addcmul_(dy, _channels(scale)).to(dtype)
             grad_input, grad_weight, _ = torch.ops.aten.convolution_backward(
                 grad_z,
                 x,

@@ -272,6 +272,17 @@ def _check_ranks(rank: int, world: int) -> dict:
     except (RuntimeError, ValueError) as err:
         report["error"] = (type(err).__name__, str(err))
     report["after_error"] = fused(x).detach()
+    # Under autocast: the convolution in bfloat16, the statistics in float32.
+    report["autocast"] = {}
+    for amp in (False, True):
+        torch.manual_seed(5)
+        model = nn.SyncFusedConvBN2d(IN_CH, OUT_CH, 3, padding=1)
+        x32 = x.float().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            out = model(x32)
+        out.float().sin().sum().backward()
+        grads = [x32.grad, model.weight.grad, model.gamma.grad, model.beta.grad]
+        report["autocast"][amp] = [out.detach(), *grads, model.running_var.clone()]
     # Backward keeps what the single-process operator keeps, not the conv's output.
     sync_bn = _models(sync=True)["seq"]
     report["saved"] = {
@@ -390,6 +401,17 @@ def test_sync_fused_eval_uses_running_statistics(reports):
     _, ranks = reports
     got, want = ranks[1]["eval"]
     assert torch.equal(got, want)
+
+
+@pytest.mark.slow
+def test_sync_fused_under_autocast(reports):
+    _, ranks = reports
+    for report in ranks:
+        full, low = report["autocast"][False], report["autocast"][True]
+        assert low[0].dtype == torch.bfloat16 and low[-1].dtype == torch.float32
+        for name, got, want in zip(("out", "input", "weight", "gamma", "beta", "var"), low, full):
+            scale = want.abs().max().item()
+            assert (got.float() - want).abs().max().item() <= 2e-2 * scale, name
 
 
 @pytest.mark.slow
