@@ -148,7 +148,8 @@ MUST_REACH = {
         110,
         {"nn.Linear", "nn.Conv2d", "nn.BatchNorm2d", "nn.LayerNorm", "nn.GroupNorm"}
         | {"nn.Embedding", "nn.LSTM", "nn.GRU", "nn.MultiheadAttention"}
-        | {"nn.TransformerEncoderLayer", "tensortools.nn.LLTM", "tensortools.nn.FusedConvBN2d"},
+        | {"nn.TransformerEncoderLayer", "tensortools.nn.LLTM", "tensortools.nn.FusedConvBN2d"}
+        | {"tensortools.nn.SyncFusedConvBN2d"},
     ),
     # ScalarTensor stands in for square float matrices only
     "ScalarTensor": (6, {"nn.LSTM", "nn.MultiheadAttention", "tensortools.nn.GraphConv"}),

@@ -270,6 +270,8 @@ def _own_modules() -> Iterator[tuple[str, Any]]:
         (nn.LLTMSequence, _lltm_sequence_inputs),
         (nn.GraphConv, _graph_conv_inputs),
         (nn.FusedConvBN2d, _fused_conv_bn_inputs),
+        # (in one process: batch norm over its own batch, as FusedConvBN2d)
+        (nn.SyncFusedConvBN2d, _fused_conv_bn_inputs),
     ):
         yield f"tensortools.nn.{cls.__name__}", ModuleInfo(cls, module_inputs_func=inputs)
 
