@@ -14,14 +14,12 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import time
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from _support.spawned import one_thread, spawn_reports
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from tensortools import nn
@@ -318,29 +316,13 @@ def reports(request, tmp_path_factory) -> tuple[int, list[dict]]:
     """The world size, and each rank's report from one spawn of that many workers."""
     world = request.param
     tmp = tmp_path_factory.mktemp(f"sync_conv_bn{world}")
-    context = mp.start_processes(
-        _worker, args=(world, str(tmp)), nprocs=world, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + JOIN_TIMEOUT_S
-    try:
-        # join() raises as soon as one worker fails, and the finally ends the others.
-        while not context.join(timeout=max(deadline - time.monotonic(), 0.0)):
-            if time.monotonic() >= deadline:
-                pytest.fail(f"distributed workers still running after {JOIN_TIMEOUT_S} s")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-                process.join()
-    return world, [torch.load(Path(tmp, f"rank{r}.pt"), weights_only=True) for r in range(world)]
+    return world, spawn_reports(_worker, (world, str(tmp)), world, tmp, JOIN_TIMEOUT_S)
 
 
 @pytest.fixture(autouse=True)
 def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+    with one_thread():
+        yield
 
 
 def _assert_close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:

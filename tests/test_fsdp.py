@@ -14,7 +14,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import warnings
 from datetime import timedelta
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from _support.spawned import assert_all_close, one_thread, spawn_reports
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tensortools import MetadataTensor, nn, ops
@@ -486,22 +485,7 @@ def _worker(rank: int, tmp: str) -> None:
 def run(tmp_path_factory) -> tuple[list[dict], Path]:
     """Each rank's report, from one spawn of WORLD_SIZE workers, and their folder."""
     tmp = tmp_path_factory.mktemp("fsdp")
-    context = mp.start_processes(
-        _worker, args=(str(tmp),), nprocs=WORLD_SIZE, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + JOIN_TIMEOUT_S
-    try:
-        # join() returns False whenever one process ends but others still run.
-        while not context.join(timeout=max(deadline - time.monotonic(), 0.0)):
-            if time.monotonic() >= deadline:
-                pytest.fail(f"FSDP workers still running after {JOIN_TIMEOUT_S} s")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-                process.join()
-    reports = [torch.load(tmp / f"rank{r}.pt", weights_only=True) for r in range(WORLD_SIZE)]
-    return reports, tmp
+    return spawn_reports(_worker, (str(tmp),), WORLD_SIZE, tmp, JOIN_TIMEOUT_S), tmp
 
 
 @pytest.fixture
@@ -514,23 +498,12 @@ def reports(run) -> list[dict]:
 
 @pytest.fixture(autouse=True)
 def _one_thread():
-    """The references are tiny: a second thread only costs, most of all on a busy machine."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+    with one_thread():
+        yield
 
 
 def _assert_equal(got: dict, want: dict) -> None:
-    # torch.allclose rather than torch.testing.assert_close, whose first call imports
-    # sympy (over a second) when this file runs alone.
-    assert got.keys() == want.keys()
-    for name, w in want.items():
-        g = got[name]
-        assert g.dtype == w.dtype and g.shape == w.shape, name
-        assert torch.allclose(g, w, **TOL), (
-            f"{name}: largest difference {(g - w).abs().max().item():.3g}"
-        )
+    assert_all_close(got, want, TOL)
 
 
 def _reference(case: str, parts: int) -> dict:
