@@ -11,6 +11,7 @@ The tests without processes cover the fallback (no process group) and convert_sy
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import tempfile
@@ -19,7 +20,7 @@ from datetime import timedelta
 import pytest
 import torch
 import torch.distributed as dist
-from _support.spawned import one_thread, spawn_reports
+from _support.spawned import assert_all_close, one_thread, spawn_reports
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from tensortools import nn
@@ -513,3 +514,78 @@ def test_convert_sync_fused_of_a_fused_conv_bn_and_of_nothing_to_convert():
     assert nn.convert_sync_fused(plain) is plain and list(plain) == children
     with pytest.raises(TypeError, match="'module' must be a torch.nn.Module"):
         nn.convert_sync_fused("model")
+
+
+# -- the synchronised path in one process (NCCL on a GPU, gloo here) --------------------
+
+
+def _one_rank_worker(rank: int, backend: str, device: str, tmp: str) -> None:
+    """Runs the synchronised autograd function itself (a module takes it only with more
+    than one rank) in a group of one, beside FusedConvBN2d on the same batch."""
+    torch.set_num_threads(1)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if device == "cuda":
+        torch.cuda.set_device(0)
+    dist.init_process_group(
+        backend, init_method=f"file://{tmp}/store", rank=0, world_size=1, timeout=COLLECTIVE_TIMEOUT
+    )
+    try:
+        from tensortools.nn import _SyncConvBN2d
+
+        torch.manual_seed(0)
+        plain = nn.FusedConvBN2d(IN_CH, OUT_CH, 3, padding=1, dtype=torch.float64).to(device)
+        with torch.no_grad():
+            plain.gamma.uniform_(0.5, 1.5)
+            plain.beta.uniform_(-0.5, 0.5)
+        synced = nn.convert_sync_fused(copy.deepcopy(plain))
+        x = torch.randn(4, IN_CH, SIDE, SIDE, dtype=torch.float64, device=device)
+        target = torch.randn(4, OUT_CH, SIDE, SIDE, dtype=torch.float64, device=device)
+        report = {}
+        for name, module in (("plain", plain), ("synced", synced)):
+            leaf = x.clone().requires_grad_()
+            if name == "plain":
+                out = module(leaf)
+            else:
+                out = _SyncConvBN2d.apply(
+                    leaf, module.weight, module.gamma, module.beta, module.running_mean,
+                    module.running_var, module.stride, module.padding, module.eps,
+                    module._momentum(), dist.group.WORLD,
+                )  # fmt: skip
+            (out * target).sum().backward()
+            report[name] = {
+                "out": out.detach().cpu(),
+                "input": leaf.grad.cpu(),
+                **{n: p.grad.cpu() for n, p in module.named_parameters()},
+                "running_mean": module.running_mean.cpu(),
+                "running_var": module.running_var.cpu(),
+            }
+        torch.save(report, f"{tmp}/rank0.pt")
+    finally:
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+@pytest.mark.parametrize(
+    "backend,device",
+    [
+        ("gloo", "cpu"),
+        pytest.param(
+            "nccl",
+            "cuda",
+            marks=[
+                pytest.mark.cuda,
+                pytest.mark.skipif(
+                    not dist.is_nccl_available(), reason="torch.distributed has no NCCL"
+                ),
+            ],
+        ),
+    ],
+)
+def test_the_synchronised_function_in_a_group_of_one_is_the_fused_layer(backend, device, tmp_path):
+    """Its collectives run (all-gather forward, all-reduce backward, on the device's
+    tensors: NCCL's path on a GPU) and, with one rank, give the single-process layer."""
+    (report,) = spawn_reports(_one_rank_worker, (backend, device, str(tmp_path)), 1, tmp_path,
+                              JOIN_TIMEOUT_S)  # fmt: skip
+    assert_all_close(report["synced"], report["plain"], TOL)
