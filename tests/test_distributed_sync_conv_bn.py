@@ -530,7 +530,7 @@ def _one_rank_worker(rank: int, backend: str, device: str, tmp: str) -> None:
         backend, init_method=f"file://{tmp}/store", rank=0, world_size=1, timeout=COLLECTIVE_TIMEOUT
     )
     try:
-        from tensortools.nn import _SyncConvBN2d
+        from tensortools.ops._sync_conv_bn import SyncConvBN2d
 
         torch.manual_seed(0)
         plain = nn.FusedConvBN2d(IN_CH, OUT_CH, 3, padding=1, dtype=torch.float64).to(device)
@@ -546,7 +546,7 @@ def _one_rank_worker(rank: int, backend: str, device: str, tmp: str) -> None:
             if name == "plain":
                 out = module(leaf)
             else:
-                out = _SyncConvBN2d.apply(
+                out = SyncConvBN2d.apply(
                     leaf, module.weight, module.gamma, module.beta, module.running_mean,
                     module.running_var, module.stride, module.padding, module.eps,
                     module._momentum(), dist.group.WORLD,
