@@ -80,14 +80,14 @@ if [ $QUICK -eq 1 ]; then
   "$PY" -c "import xdist" 2>/dev/null && par=(-n 8)
   step tests 200 "$PY" -m pytest -q -rs -p no:cacheprovider "${par[@]}" -m cuda \
     --junitxml="$OUT/tests.xml" tests
-  step recurrent 120 "$PY" -m tensortools.bench --device cuda --recurrent-only \
-    --min-run-time 0.2 --rounds 3 --size 16/32/128 --size 64/1024/128 --size 32/256/512 \
+  step recurrent 150 "$PY" -m tensortools.bench --device cuda --recurrent-only --dtype float32 \
+    --min-run-time 0.1 --rounds 2 --size 16/32/128 --size 64/1024/128 --size 32/256/512 \
     --json "$OUT/recurrent.json"
-  step char-model 90 "$PY" examples/char_model.py --device cuda --plot "$OUT/char_model.png"
   step sanitizer-memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$PY" -m pytest -q -x -p no:cacheprovider -m cuda tests/test_ops_axpby.py \
     tests/test_ops_lltm.py tests/test_ops_conv_bn2d.py tests/test_ops_scalar_ops.py \
     -k "not compile and not opcheck"
+  step char-model 90 "$PY" examples/char_model.py --device cuda --plot "$OUT/char_model.png"
   step bench 150 "$PY" -m tensortools.bench --device cuda --no-compile --no-dispatch \
     --min-run-time 0.1 --rounds 2 --steps 32 --size 16/32/128 --size 64/1024/128 \
     --size 256/1024/512 --json "$OUT/bench.json"

@@ -53,7 +53,14 @@ def test_sequence_returns_what_nn_lstm_returns(device, dtype, grad):
     module, x, state = _sequence(device)
     with torch.autocast(device, dtype=dtype), torch.set_grad_enabled(grad):
         got = _flat(module(x, state))
-    assert [t.dtype for t in got] == _lstm_output_dtypes(device, dtype) == [dtype] * 3
+    lstm = _lstm_output_dtypes(device, dtype)
+    if device == "cuda" and dtype == torch.bfloat16:
+        # torch's autocast wrapper of cuDNN's RNN casts to float16 whatever the autocast
+        # dtype; the LLTM keeps the dtype asked for (bfloat16's range is why one asks).
+        assert lstm == [torch.float16] * 3
+    else:
+        assert lstm == [dtype] * 3
+    assert [t.dtype for t in got] == [dtype] * 3
 
 
 @pytest.mark.parametrize("device", DEVICES)

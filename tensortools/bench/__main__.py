@@ -10,6 +10,7 @@ import dataclasses
 import json
 import signal
 import sys
+import time
 
 import torch
 
@@ -167,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
 
     machine = machine_summary()
     print(f"machine: {machine}")
-    progress = lambda what: print(f"  timing {what}", file=sys.stderr)  # noqa: E731
+    started = time.perf_counter()
+
+    def progress(what: str) -> None:
+        print(f"  [{time.perf_counter() - started:7.1f} s] timing {what}", file=sys.stderr)
+
     cuda = torch.device(args.device).type == "cuda"
     dtypes = args.dtype or (["float32", "bfloat16"] if cuda else ["float32"])
     results: dict[str, object] = {"machine": machine}
