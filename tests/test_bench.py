@@ -88,7 +88,7 @@ def test_recurrent_rows_compare_every_layer_with_lstm_in_both_phases():
         (kind, steps, phase, layer)
         for kind, steps in (("sequence", 5), ("cell", 1))
         for phase in ("training", "inference")
-        for layer in ("LLTM", "LSTM", "GRU")
+        for layer in ("LLTM", "LSTM", "GRU") + (("floor",) if kind == "sequence" else ())
     }
     # forward: [h | x] (B x (S+F)) by (S+F) x G*S per step; training adds h's and the
     # weights' gradients (the input needs none)
@@ -118,7 +118,8 @@ def test_an_interrupted_recurrent_run_keeps_the_cases_it_finished():
 
     with pytest.raises(KeyboardInterrupt):
         recurrent_rows([(2, 3, 4)], [5], min_run_time=0.01, rounds=1, progress=progress, into=rows)
-    assert len(rows) == 6 and {r.kind for r in rows} == {"sequence"}  # 3 layers x 2 phases
+    # 3 layers and the floor, 2 phases each
+    assert len(rows) == 8 and {r.kind for r in rows} == {"sequence"}
 
 
 def test_kernel_count_leaves_out_views_and_nested_calls():

@@ -100,10 +100,18 @@ def _cell_loop(input: Tensor, weights: Tensor, bias: Tensor, h: Tensor, c: Tenso
     return torch.stack(outputs), h, c
 
 
-def _products(args: tuple[Tensor, ...], d_gates: Tensor, hs: Tensor) -> None:
-    """The matrix products ops.lltm_sequence runs, forward and backward, on stand-in
-    operands of the same shapes (d_gates T×B×3S, hs T·B×S), without the pointwise work:
-    the op's floor. Each product is one call from Python."""
+def sequence_products(
+    args: tuple[Tensor, ...],
+    d_gates: Tensor | None = None,
+    hs: Tensor | None = None,
+    *,
+    input_grad: bool = True,
+) -> None:
+    """The matrix products ops.lltm_sequence runs, on stand-in operands of the same
+    shapes, without the pointwise work: the op's floor. Forward: the input's product for
+    every step at once, then one state product per step; given d_gates (T×B×3S) and hs
+    (T·B×S), the backward's too (the input's gradient only with `input_grad`). Each
+    product is one call from Python."""
     input, weights, bias, h0, _ = args
     steps, batch, features = input.shape
     state = h0.shape[1]
@@ -113,13 +121,16 @@ def _products(args: tuple[Tensor, ...], d_gates: Tensor, hs: Tensor) -> None:
         gates = torch.addmm(bias, input.reshape(-1, features), w_x.t()).view(steps, batch, -1)
         for t in range(steps):
             gates[t].addmm_(h0, w_h_t)
+        if d_gates is None:
+            return
         w_h_c = w_h.contiguous()
         grad_h = torch.empty(batch, state, dtype=h0.dtype, device=h0.device)
         for t in range(steps):
             torch.mm(d_gates[t], w_h_c, out=grad_h)
         flat = d_gates.view(-1, 3 * state)
         flat.sum(0)
-        flat @ w_x
+        if input_grad:
+            flat @ w_x
         flat.t() @ input.reshape(-1, features)
         flat.t() @ hs
 
@@ -201,7 +212,7 @@ def sequence_rows(
         d_gates = torch.randn(n_steps, batch, 3 * state, **g)
         hs = torch.randn(n_steps * batch, state, **g)
         measures[PRODUCTS] = lambda: time_call(
-            lambda: _products(next(sets)[0], d_gates, hs), min_run_time
+            lambda: sequence_products(next(sets)[0], d_gates, hs), min_run_time
         )
         saved[PRODUCTS] = None
         pooled = interleaved(

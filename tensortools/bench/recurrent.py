@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from tensortools import nn
-from tensortools.bench.lltm_sequence import gemm_gflops
+from tensortools.bench.lltm_sequence import gemm_gflops, sequence_products
 from tensortools.bench.timing import interleaved, ratio_notes, sync, time_call, time_ratio
 
 __all__ = [
@@ -33,7 +33,9 @@ RECURRENT_SIZES: tuple[tuple[int, int, int], ...] = ((16, 32, 128), (64, 1024, 1
 RECURRENT_STEPS: tuple[int, ...] = (32, 128)
 
 #: Gate blocks per step: what a layer's products scale with.
-GATE_BLOCKS = {"LLTM": 3, "LSTM": 4, "GRU": 3}
+GATE_BLOCKS = {"LLTM": 3, "LSTM": 4, "GRU": 3, "floor": 3}
+#: The sequence rows' floor: the LLTM's matrix products alone, no pointwise work.
+FLOOR = "floor"
 PHASES = ("training", "inference")
 BASELINE = "LSTM"
 
@@ -152,6 +154,21 @@ def recurrent_rows(
 
             step()  # warm-up: oneDNN primitives and cuDNN plans are made on the first call
             measures[name, phase] = lambda f=step: time_call(f, min_run_time)
+        if kind == "sequence":
+            lltm = layers["LLTM"]
+            weights, bias = lltm.weights.detach(), lltm.bias.detach()
+            d_gates = torch.randn(n_steps, batch, 3 * state, **g)
+            hs = torch.randn(n_steps * batch, state, **g)
+            for phase in PHASES:
+
+                def floor(phase=phase):
+                    x, h, c = next(sets)
+                    backward = (d_gates, hs) if phase == "training" else ()
+                    sequence_products((x, weights, bias, h, c), *backward, input_grad=False)
+                    sync(device)
+
+                floor()
+                measures[FLOOR, phase] = lambda f=floor: time_call(f, min_run_time)
         pooled = interleaved(
             measures,
             rounds,
@@ -209,6 +226,7 @@ def format_recurrent_table(rows: list[RecurrentRow]) -> str:
             f"large GEMM: {rows[0].gemm_gflops:.1f} GFLOP/s; GFLOP/s count each layer's gate "
             "products (LLTM and GRU 3 gate blocks per step, LSTM 4); training: forward and "
             "backward, the input needing no gradient; inference: forward under "
-            "torch.inference_mode()"
+            "torch.inference_mode(); floor: the LLTM's matrix products alone, one call "
+            "each from Python, no pointwise work"
         )
     return "\n".join(lines)
