@@ -20,7 +20,7 @@ from datetime import timedelta
 import pytest
 import torch
 import torch.distributed as dist
-from _support.spawned import assert_all_close, one_thread, spawn_reports
+from _support.spawned import assert_all_close, join_gloo_group, one_thread, spawn_reports
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from tensortools import nn
@@ -293,16 +293,8 @@ def _check_ranks(rank: int, world: int) -> dict:
 
 
 def _worker(rank: int, world: int, tmp: str) -> None:
-    torch.set_num_threads(1)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     _register_cpu_sync_bn_kernels()
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{tmp}/store",
-        rank=rank,
-        world_size=world,
-        timeout=COLLECTIVE_TIMEOUT,
-    )
+    join_gloo_group(tmp, rank, world, COLLECTIVE_TIMEOUT)
     try:
         torch.save(_check_ranks(rank, world), f"{tmp}/rank{rank}.pt")
     finally:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from _support.spawned import assert_all_close, one_thread, spawn_reports
+from _support.spawned import assert_all_close, join_gloo_group, one_thread, spawn_reports
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tensortools import MetadataTensor, nn, ops
@@ -445,15 +445,7 @@ def _compiled(mesh, rank: int) -> dict:
 
 
 def _worker(rank: int, tmp: str) -> None:
-    torch.set_num_threads(1)  # two processes on a small machine
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback only
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{tmp}/store",
-        rank=rank,
-        world_size=WORLD_SIZE,
-        timeout=COLLECTIVE_TIMEOUT,
-    )
+    join_gloo_group(tmp, rank, WORLD_SIZE, COLLECTIVE_TIMEOUT)
     try:
         from torch.distributed.device_mesh import init_device_mesh
 

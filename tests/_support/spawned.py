@@ -1,15 +1,18 @@
 """What the multi-process tests share: one spawn of workers that save a report each,
-ended within a time limit, and a single torch thread for the tiny references."""
+ended within a time limit, a worker's gloo group, and a single torch thread for the tiny
+references."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
@@ -31,6 +34,21 @@ def spawn_reports(worker: Callable, args: tuple, nprocs: int, folder: Path, limi
                 process.kill()
                 process.join()
     return [torch.load(folder / f"rank{r}.pt", weights_only=True) for r in range(nprocs)]
+
+
+def join_gloo_group(folder: str, rank: int, world_size: int, timeout) -> None:
+    """A spawned worker joins the gloo group of `world_size` ranks whose file store lies
+    in `folder`, over loopback only, with one torch thread (several processes share a
+    small machine); a collective waits at most `timeout` (a timedelta)."""
+    torch.set_num_threads(1)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{folder}/store",
+        rank=rank,
+        world_size=world_size,
+        timeout=timeout,
+    )
 
 
 @contextlib.contextmanager
