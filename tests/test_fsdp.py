@@ -709,15 +709,6 @@ def test_in_place_op_on_a_sharded_lltm_output(reports, reshard):
         _assert_equal(got["grads"], want)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with a MetadataTensor input, ops.lltm's (and ops.lltm_sequence's) outputs are "
-    "views (their _base is set), so FSDP2 warns that the module returned a view, and an "
-    "in-place op on new_h drops FSDP's pre-backward hook: with reshard_after_forward=True "
-    "backward fails on the freed parameters ('setStorage: ... out of bounds for storage "
-    "of size 0'); with False, no gradient is reduce-scattered (each rank keeps a plain "
-    "local gradient)",
-)
 @pytest.mark.parametrize("reshard", [True, False], ids=["reshard", "no_reshard"])
 def test_in_place_op_on_a_sharded_lltm_output_with_metadata_input(reports, reshard):
     want = _in_place_reference()

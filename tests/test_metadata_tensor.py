@@ -287,6 +287,36 @@ def test_lltm_with_metadata_arguments():
         torch.testing.assert_close(got.as_subclass(torch.Tensor), want, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("op", ["lltm", "lltm_sequence"])
+def test_own_operators_results_are_new_tensors_not_views(op):
+    """A tuple of results of tensortools' operators comes back as new instances, as a
+    plain call's results are new tensors, not as views of them (FSDP2 warns of a view
+    result, and an in-place op on a view of a plain result changes the graph): an in-place
+    op on a result, then backward, gives the plain call's gradients (float64)."""
+    torch.manual_seed(0)
+    args = list(make_args(2, 3, 4, requires_grad=True))
+    if op == "lltm_sequence":
+        args[0] = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True)
+
+    def run(first):
+        out = getattr(ops, op)(first, *args[1:])
+        h, c = out if op == "lltm" else out[1:]
+        results = (h, c) if op == "lltm" else (out[0], c)
+        # (one backward does not save: the cell's new h, the sequence's last cell)
+        results[0 if op == "lltm" else 1].mul_(2)
+        loss = sum((t.as_subclass(torch.Tensor) * (i + 1)).sum() for i, t in enumerate(results))
+        return results, torch.autograd.grad(loss, args)
+
+    got, got_grads = run(MetadataTensor(args[0], {"step": 3}))
+    want, want_grads = run(args[0])
+    for g, w in zip(got, want):
+        assert type(g) is MetadataTensor and g.metadata == {"step": 3}
+        assert g._base is None and not g._is_view()
+        torch.testing.assert_close(g.as_subclass(torch.Tensor), w, rtol=0, atol=0)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
 def test_constructor_validation():
     with pytest.raises(TypeError, match="'metadata' must be a dict"):
         MetadataTensor([1.0], metadata=["a"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import enum
 import pickle
+import weakref
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
@@ -179,7 +180,14 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     @classmethod
     def wrap(cls, tensor: Tensor, context: Any) -> Tensor:
         """Turn one plain result tensor into ``cls``."""
-        return tensor.as_subclass(cls)
+        return cls._instance(tensor)
+
+    @classmethod
+    def _instance(cls, tensor: Tensor) -> Tensor:
+        """tensor as an instance of cls: itself where wrap_outputs changed its class in
+        place (a new result of tensortools' own operators), else torch's alias
+        (``as_subclass``: the same values and gradients, but a view)."""
+        return tensor if type(tensor) is cls else tensor.as_subclass(cls)
 
     # -- saving and loading -------------------------------------------------------------
     # An instance's state is its attributes (__dict__): pickle, copy and torch.save write
@@ -307,6 +315,42 @@ def argument_tensors(args: tuple, kwargs: dict | None) -> list[Tensor]:
     return [t for t in leaves if issubclass(type(t), Tensor)]
 
 
+#: wrap hooks that make their instance with ``cls._instance`` (MetadataTensor adds its own).
+INSTANCE_WRAPS: set = {TensorWrapper.wrap.__func__}
+
+_own_operators: frozenset = frozenset()
+
+
+def _adopts_results(cls: type, func: Callable) -> bool:
+    """Whether a new plain result of func may change class in place rather than become an
+    alias: func is one of tensortools' own operators (their results that are not
+    arguments are new tensors nobody else holds), cls's wrap makes its instance with
+    ``_instance``, cls has no __torch_dispatch__ (whose dispatch key only as_subclass
+    sets), and the call runs eagerly (torch.compile traces the alias)."""
+    global _own_operators
+    if not _own_operators:
+        import tensortools.ops as ops
+
+        _own_operators = frozenset(getattr(ops, name) for name in ops.__all__)
+    return (
+        func in _own_operators
+        and getattr(cls.wrap, "__func__", None) in INSTANCE_WRAPS
+        and cls.__torch_dispatch__ is torch._C._disabled_torch_dispatch_impl
+        and not torch.compiler.is_compiling()
+    )
+
+
+def _adopt(cls: type, t: Tensor) -> None:
+    """t, a new plain result, changed to class cls in place, as the compiled path does for
+    a single result: a result with attributes or weak references keeps its class (and
+    gets an alias)."""
+    if type(t) is Tensor and not weakref.getweakrefcount(t) and not t.__dict__:
+        try:
+            t.__class__ = cls
+        except TypeError:  # a layout the class cannot take: an alias it is
+            pass
+
+
 def wrap_outputs(
     cls: type,
     out: Any,
@@ -320,6 +364,7 @@ def wrap_outputs(
     stood for an instance in the call (originals: id(alias) -> instance) is that
     instance. call: (func, args, kwargs, the argument tensors), or None."""
     written: list | None = None
+    adopt = call is not None and _adopts_results(cls, call[0])
 
     def wrap(t: Tensor) -> Tensor:
         nonlocal written
@@ -338,6 +383,8 @@ def wrap_outputs(
             for w in written:
                 if t is w:
                     return w
+        if adopt:
+            _adopt(cls, t)
         try:
             with torch._C.DisableTorchFunctionSubclass():
                 return cls.wrap(t, context)

@@ -14,7 +14,12 @@ from torch.utils._pytree import tree_leaves
 from tensortools._settings import ClassSetting
 from tensortools.coverage import spec as coverage_spec
 from tensortools.dispatch import TensorWrapper
-from tensortools.dispatch.wrapper import WrapperPath, argument_tensors, keeps_hooks
+from tensortools.dispatch.wrapper import (
+    INSTANCE_WRAPS,
+    WrapperPath,
+    argument_tensors,
+    keeps_hooks,
+)
 
 __all__ = ["MetadataTensor", "MERGE_POLICIES", "collate", "decollate"]
 
@@ -208,7 +213,7 @@ class MetadataTensor(TensorWrapper):
 
     @classmethod
     def wrap(cls, tensor: Tensor, context: dict) -> MetadataTensor:
-        out = tensor.as_subclass(cls)
+        out = cls._instance(tensor)
         out.metadata = dict(context)
         if type(context) is _BatchContext and tensor.dim() > 0:
             out._batch_size = context.batch_size  # (a 0-d result holds no samples)
@@ -344,6 +349,7 @@ def _same(a: Any, b: Any) -> bool:
 
 # torch.load(weights_only=True) may rebuild MetadataTensors once tensortools is imported.
 MetadataTensor._on_settings_change()  # (its record, now that the class exists)
+INSTANCE_WRAPS.add(MetadataTensor.wrap.__func__)
 torch.serialization.add_safe_globals([MetadataTensor])
 
 # Batches: their rules, collation and decollation (a module of their own, registered now
