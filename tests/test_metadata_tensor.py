@@ -317,6 +317,38 @@ def test_own_operators_results_are_new_tensors_not_views(op):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 
+def test_own_operators_results_in_two_threads_interleaved():
+    """Two threads calling ops.lltm on MetadataTensors of their own, in lockstep (a
+    barrier before each call): every result is a new instance carrying its own thread's
+    metadata and the plain call's values."""
+    import threading
+
+    torch.manual_seed(0)
+    args = list(make_args(2, 3, 4))
+    want = ops.lltm(*args)
+    barrier, errors = threading.Barrier(2), []
+
+    def worker(tag):
+        try:
+            for step in range(50):
+                barrier.wait()
+                got = ops.lltm(MetadataTensor(args[0], {"thread": tag, "step": step}), *args[1:])
+                for g, w in zip(got, want):
+                    assert type(g) is MetadataTensor and not g._is_view()
+                    assert g.metadata == {"thread": tag, "step": step}
+                    assert torch.equal(g.as_subclass(torch.Tensor), w)
+        except Exception as err:  # reported below, in the test's own thread
+            errors.append(err)
+            barrier.abort()
+
+    threads = [threading.Thread(target=worker, args=(tag,)) for tag in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
 def test_constructor_validation():
     with pytest.raises(TypeError, match="'metadata' must be a dict"):
         MetadataTensor([1.0], metadata=["a"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import functools
 import pickle
 import weakref
 from collections.abc import Callable
@@ -318,7 +319,13 @@ def argument_tensors(args: tuple, kwargs: dict | None) -> list[Tensor]:
 #: wrap hooks that make their instance with ``cls._instance`` (MetadataTensor adds its own).
 INSTANCE_WRAPS: set = {TensorWrapper.wrap.__func__}
 
-_own_operators: frozenset = frozenset()
+
+@functools.cache
+def _own_operators() -> frozenset:
+    """tensortools.ops' public functions (imported on first use: ops imports this module)."""
+    import tensortools.ops as ops
+
+    return frozenset(getattr(ops, name) for name in ops.__all__)
 
 
 def _adopts_results(cls: type, func: Callable) -> bool:
@@ -327,13 +334,8 @@ def _adopts_results(cls: type, func: Callable) -> bool:
     arguments are new tensors nobody else holds), cls's wrap makes its instance with
     ``_instance``, cls has no __torch_dispatch__ (whose dispatch key only as_subclass
     sets), and the call runs eagerly (torch.compile traces the alias)."""
-    global _own_operators
-    if not _own_operators:
-        import tensortools.ops as ops
-
-        _own_operators = frozenset(getattr(ops, name) for name in ops.__all__)
     return (
-        func in _own_operators
+        func in _own_operators()
         and getattr(cls.wrap, "__func__", None) in INSTANCE_WRAPS
         and cls.__torch_dispatch__ is torch._C._disabled_torch_dispatch_impl
         and not torch.compiler.is_compiling()
