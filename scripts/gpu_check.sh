@@ -3,21 +3,25 @@
 # CUDA kernels, run the tests, the benchmarks and compute-sanitizer over the kernels, and
 # write everything to one results folder.
 #
-#   bash scripts/gpu_check.sh [--quick] [--budget SECONDS] [RESULTS_DIR]
+#   bash scripts/gpu_check.sh [--quick | --lltm] [--budget SECONDS] [RESULTS_DIR]
 #
 # RESULTS_DIR defaults to gpu-results/. --quick runs the CUDA tests alone (in parallel
 # where pytest-xdist is installed), short benchmarks and the sanitizer over the kernels'
-# own tests; --budget stops each step where the whole run would pass SECONDS, so that a
+# own tests; --lltm builds as --quick does, then runs the LLTM sequence's CUDA tests, its
+# table against nn.LSTM (float32 and bfloat16, persistent kernels beside the per-step
+# loop), the character model and the sanitizers over the sequence's kernels; --budget stops each step where the whole run would pass SECONDS, so that a
 # lease of a few minutes still returns every log. The logs are also packed into
 # RESULTS_DIR/results.tar.gz. Uses python3 (or $TENSORTOOLS_PYTHON) as it is: nothing is
 # downloaded.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 QUICK=0
+LLTM=0
 BUDGET=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1; shift ;;
+    --lltm) QUICK=1; LLTM=1; shift ;;
     --budget) BUDGET="$2"; shift 2 ;;
     *) break ;;
   esac
@@ -75,7 +79,21 @@ else
 fi
 step with-cuda 60 "$PY" -c "import tensortools; assert tensortools.with_cuda, 'built without CUDA'; print('with_cuda', tensortools.with_cuda)" \
   || { pack; exit 1; }
-if [ $QUICK -eq 1 ]; then
+if [ $LLTM -eq 1 ]; then
+  seq_tests=(tests/test_ops_lltm_sequence_cuda.py tests/test_ops_lltm_sequence.py tests/test_lltm_autocast.py)
+  step tests 150 "$PY" -m pytest -q -rs -p no:cacheprovider -m cuda --junitxml="$OUT/tests.xml" \
+    "${seq_tests[@]}"
+  step blocks 60 "$PY" scripts/lltm_blocks.py --json "$OUT/blocks.json"
+  step recurrent 170 "$PY" -m tensortools.bench --device cuda --recurrent-only \
+    --dtype float32 --dtype bfloat16 --min-run-time 0.1 --rounds 2 \
+    --size 16/32/128 --size 64/1024/128 --size 32/256/512 --json "$OUT/recurrent.json"
+  step char-model 80 "$PY" examples/char_model.py --device cuda --plot "$OUT/char_model.png"
+  for tool in memcheck racecheck; do
+    step "sanitizer-$tool" 60 compute-sanitizer --tool "$tool" --error-exitcode 1 \
+      "$PY" -m pytest -q -x -p no:cacheprovider -m cuda tests/test_ops_lltm_sequence_cuda.py \
+      -k "float64 and not concurrent"
+  done
+elif [ $QUICK -eq 1 ]; then
   par=()
   "$PY" -c "import xdist" 2>/dev/null && par=(-n 8)
   step tests 200 "$PY" -m pytest -q -rs -p no:cacheprovider "${par[@]}" -m cuda \

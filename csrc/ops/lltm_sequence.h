@@ -63,23 +63,45 @@ using BackwardPointwise = c10::function_ref<void(
     const at::Tensor& gates, const at::Tensor& new_cell, const at::Tensor& grad_h,
     const at::Tensor& grad_cell, const at::Tensor& d_gates, const at::Tensor& d_old_cell)>;
 
+// A backend's whole recurrence in one launch (the CUDA persistent kernels), tried before the
+// per-step loop. Each returns false, having written nothing, where it does not apply to
+// the arguments (their shapes, the device's limits); the loop runs then.
+//
+// forward: `gates` (T×B×3S, contiguous) holds each step's input share of the gates, bias
+// included. Runs every step and writes output, h_n and c_n; where `cells` is defined (the
+// training forward) also every step's cell into it and the activated gates into `gates`.
+// backward: from the saved (gates, cells) and the incoming gradients, writes every step's
+// d_gates (T×B×3S) and d_h0, d_c0.
+struct Recurrence {
+  bool (*forward)(const at::Tensor& gates, const at::Tensor& weights, const at::Tensor& h0,
+                  const at::Tensor& c0, const at::Tensor& output, const at::Tensor& h_n,
+                  const at::Tensor& c_n, const at::Tensor& cells);
+  bool (*backward)(const at::Tensor& grad_output, const at::Tensor& grad_h_n,
+                   const at::Tensor& grad_c_n, const at::Tensor& weights, const at::Tensor& gates,
+                   const at::Tensor& cells, const at::Tensor& d_gates, const at::Tensor& d_h0,
+                   const at::Tensor& d_c0);
+};
+
 // The whole forward and backward of a sequence, with the products through ATen (so on
-// the arguments' device) and the pointwise passes through the backend's function. The
-// arguments must have been checked.
+// the arguments' device) and the pointwise passes through the backend's function, or the
+// backend's `recurrence` where it applies. The arguments must have been checked.
 SequenceForwardOutputs run_sequence_forward(const at::Tensor& input, const at::Tensor& weights,
                                             const at::Tensor& bias, const at::Tensor& h0,
-                                            const at::Tensor& c0, ForwardPointwise pointwise);
+                                            const at::Tensor& c0, ForwardPointwise pointwise,
+                                            const Recurrence* recurrence = nullptr);
 // The forward for inference: the same steps and arithmetic as run_sequence_forward (the
 // same bits), but no step's cell is kept (two B×S buffers take turns) and the gates are
 // scratch, returned to no one.
 SequenceInferenceOutputs run_sequence_inference(const at::Tensor& input, const at::Tensor& weights,
                                                 const at::Tensor& bias, const at::Tensor& h0,
-                                                const at::Tensor& c0, ForwardPointwise pointwise);
+                                                const at::Tensor& c0, ForwardPointwise pointwise,
+                                                const Recurrence* recurrence = nullptr);
 SequenceBackwardOutputs run_sequence_backward(
     const at::Tensor& grad_output, const at::Tensor& grad_h_n, const at::Tensor& grad_c_n,
     const at::Tensor& input, const at::Tensor& weights, const at::Tensor& h0,
     const at::Tensor& output, const at::Tensor& cells, const at::Tensor& gates,
-    std::array<bool, 3> output_mask, BackwardPointwise pointwise);
+    std::array<bool, 3> output_mask, BackwardPointwise pointwise,
+    const Recurrence* recurrence = nullptr);
 
 // Validate the arguments (ranks, shapes, dtypes in `allowed`, one device).
 void check_sequence_forward_args(const at::Tensor& input, const at::Tensor& weights,

@@ -2,15 +2,19 @@
 against ``torch.nn.LSTM`` and ``torch.nn.GRU`` (oneDNN's fused RNN on the CPU, cuDNN on a
 GPU) over whole sequences, and the cell ``nn.LLTM`` against ``torch.nn.LSTMCell`` per step;
 training (forward and backward, the input needing no gradient, as a model's data) and
-inference (forward under ``torch.inference_mode()``). Times are compared with
+inference (forward under ``torch.inference_mode()``). On a GPU the LLTM sequence runs twice:
+as it runs by default (its persistent kernels where the state fits) and as ``LLTM-loop``,
+the per-step loop (``TENSORTOOLS_LLTM_SEQUENCE=loop``). Times are compared with
 ``nn.LSTM``'s (``nn.LSTMCell``'s for the cells) of the same case; GFLOP/s count each
 layer's own gate products (the LLTM has 3 gate blocks per step, the LSTM 4, the GRU 3),
 against the machine's large-GEMM throughput measured in the same run."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
+import os
 from collections.abc import Callable, Iterable
 
 import torch
@@ -33,7 +37,9 @@ RECURRENT_SIZES: tuple[tuple[int, int, int], ...] = ((16, 32, 128), (64, 1024, 1
 RECURRENT_STEPS: tuple[int, ...] = (32, 128)
 
 #: Gate blocks per step: what a layer's products scale with.
-GATE_BLOCKS = {"LLTM": 3, "LSTM": 4, "GRU": 3, "floor": 3}
+GATE_BLOCKS = {"LLTM": 3, "LLTM-loop": 3, "LSTM": 4, "GRU": 3, "floor": 3}
+#: The LLTM sequence's per-step loop, timed beside its persistent kernels on a GPU.
+LOOP = "LLTM-loop"
 #: The sequence rows' floor: the LLTM's matrix products alone, no pointwise work.
 FLOOR = "floor"
 PHASES = ("training", "inference")
@@ -75,11 +81,14 @@ def gate_flops(layer: str, steps: int, size: tuple[int, int, int], phase: str) -
 def _layers(kind: str, features: int, state: int, g: dict) -> dict[str, torch.nn.Module]:
     torch.manual_seed(0)
     if kind == "sequence":
-        return {
+        layers = {
             "LLTM": nn.LLTMSequence(features, state, **g),
             "LSTM": torch.nn.LSTM(features, state, **g),
             "GRU": torch.nn.GRU(features, state, **g),
         }
+        if torch.device(g["device"]).type == "cuda":
+            layers[LOOP] = layers["LLTM"]
+        return layers
     return {
         "LLTM": nn.LLTM(features, state, **g),
         "LSTM": torch.nn.LSTMCell(features, state, **g),
@@ -93,11 +102,30 @@ def _call(kind: str, layer: str, module: torch.nn.Module, x, h, c):
         if layer == "GRU":
             out, h_n = module(x, h.unsqueeze(0))
             return (out, h_n)
-        out, (h_n, c_n) = module(x, (h, c) if layer == "LLTM" else (h.unsqueeze(0), c.unsqueeze(0)))
+        lltm = layer in ("LLTM", LOOP)
+        out, (h_n, c_n) = module(x, (h, c) if lltm else (h.unsqueeze(0), c.unsqueeze(0)))
         return (out, h_n, c_n)
     if layer == "GRU":
         return (module(x, h),)
     return tuple(module(x, (h, c)))
+
+
+@contextlib.contextmanager
+def _sequence_path(layer: str):
+    """The LLTM sequence's per-step loop for the calls inside, where `layer` is LOOP."""
+    if layer != LOOP:
+        yield
+        return
+    key = "TENSORTOOLS_LLTM_SEQUENCE"
+    before = os.environ.get(key)
+    os.environ[key] = "loop"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[key]
+        else:
+            os.environ[key] = before
 
 
 def recurrent_rows(
@@ -142,15 +170,16 @@ def recurrent_rows(
 
             def step(name=name, module=module, phase=phase):
                 x, h, c = next(sets)
-                if phase == "inference":
-                    with torch.inference_mode():
-                        _call(kind, name, module, x, h, c)
-                else:
-                    outs = _call(kind, name, module, x, h, c)
-                    params = list(module.parameters())
-                    grads = [torch.ones_like(o) for o in outs]
-                    torch.autograd.grad(outs, params, grads)
-                sync(device)
+                with _sequence_path(name):
+                    if phase == "inference":
+                        with torch.inference_mode():
+                            _call(kind, name, module, x, h, c)
+                    else:
+                        outs = _call(kind, name, module, x, h, c)
+                        params = list(module.parameters())
+                        grads = [torch.ones_like(o) for o in outs]
+                        torch.autograd.grad(outs, params, grads)
+                    sync(device)
 
             step()  # warm-up: oneDNN primitives and cuDNN plans are made on the first call
             measures[name, phase] = lambda f=step: time_call(f, min_run_time)
@@ -203,7 +232,7 @@ def format_recurrent_table(rows: list[RecurrentRow]) -> str:
     large GEMM's."""
     base = {(r.kind, r.size, r.steps, r.dtype, r.phase): r for r in rows if r.layer == BASELINE}
     lines = [
-        f"{'kind':<9} {'size (B/F/S)':<13} {'T':>4} {'dtype':<8} {'phase':<10} {'layer':<5} "
+        f"{'kind':<9} {'size (B/F/S)':<13} {'T':>4} {'dtype':<8} {'phase':<10} {'layer':<9} "
         f"{'median':>10} {'IQR':>9} {'vs LSTM':>8} {'GFLOP/s':>8} {'of GEMM':>8}"
     ]
     any_noisy = False
@@ -214,7 +243,7 @@ def format_recurrent_table(rows: list[RecurrentRow]) -> str:
         ratio = time_ratio(r.median_us, b.median_us if b else None, noisy)
         size = "/".join(map(str, r.size))
         lines.append(
-            f"{r.kind:<9} {size:<13} {r.steps:>4} {r.dtype:<8} {r.phase:<10} {r.layer:<5} "
+            f"{r.kind:<9} {size:<13} {r.steps:>4} {r.dtype:<8} {r.phase:<10} {r.layer:<9} "
             f"{r.median_us / 1e3:>8.3f}ms {r.iqr_us / 1e3:>7.3f}ms {ratio:>8} "
             f"{r.gflops:>8.1f} {r.gflops / r.gemm_gflops:>7.0%}"
         )

@@ -1,6 +1,7 @@
 // LLTM on CUDA: the matrix product through ATen (cuBLAS), then one fused pointwise kernel;
 // backward: one fused pointwise kernel, then the matrix products. The sequence operator
-// runs the same kernels once per step (lltm_sequence.cpp has the loop). Half types compute in
+// runs the same pointwise kernels once per step where its persistent kernels do not apply
+// (lltm_sequence_kernel.cu). Half types compute in
 // float (at::opmath_type); the maths is lltm_math.h, the same as the CPU kernel's.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -11,8 +12,8 @@
 #include "../../checks.h"
 #include "../lltm.h"
 #include "../lltm_math.h"
-#include "../lltm_sequence.h"
 #include "launch.cuh"
+#include "lltm_pointwise.cuh"
 
 namespace tensortools::lltm {
 namespace {
@@ -69,8 +70,8 @@ Accessor2<scalar_t, index_t> acc(const at::Tensor& t) {
   return t.generic_packed_accessor<scalar_t, 2, at::RestrictPtrTraits, index_t>();
 }
 
-// One pointwise pass of the forward (2-D contiguous tensors, see ForwardPointwise): one
-// kernel launch.
+}  // namespace
+
 void forward_pointwise(const at::Tensor& gates, const at::Tensor& old_cell,
                        const at::Tensor& new_cell, const at::Tensor& new_h) {
   const int64_t n = new_cell.numel();
@@ -91,8 +92,6 @@ void forward_pointwise(const at::Tensor& gates, const at::Tensor& old_cell,
       });
 }
 
-// One pointwise pass of the backward (2-D contiguous tensors, see BackwardPointwise): one
-// kernel launch.
 void backward_pointwise(const at::Tensor& gates, const at::Tensor& new_cell,
                         const at::Tensor& grad_h, const at::Tensor& grad_cell,
                         const at::Tensor& d_gates, const at::Tensor& d_old_cell) {
@@ -114,6 +113,8 @@ void backward_pointwise(const at::Tensor& gates, const at::Tensor& new_cell,
         cuda::fits_int32(gates) ? launch(int32_t{}) : launch(int64_t{});
       });
 }
+
+namespace {
 
 ForwardOutputs lltm_forward_cuda(const at::Tensor& input, const at::Tensor& weights,
                                  const at::Tensor& bias, const at::Tensor& old_h,
@@ -137,43 +138,10 @@ BackwardOutputs lltm_backward_cuda(const at::Tensor& grad_h, const at::Tensor& g
   return buf.outputs();
 }
 
-// The sequence: per step forward, the state product (cuBLAS) and one pointwise kernel.
-SequenceForwardOutputs lltm_sequence_forward_cuda(const at::Tensor& input,
-                                                  const at::Tensor& weights, const at::Tensor& bias,
-                                                  const at::Tensor& h0, const at::Tensor& c0) {
-  check_sequence_forward_args(input, weights, bias, h0, c0, kCudaFloatingTypes);
-  const c10::cuda::CUDAGuard guard(input.device());
-  return run_sequence_forward(input, weights, bias, h0, c0, forward_pointwise);
-}
-
-SequenceInferenceOutputs lltm_sequence_inference_cuda(const at::Tensor& input,
-                                                      const at::Tensor& weights,
-                                                      const at::Tensor& bias, const at::Tensor& h0,
-                                                      const at::Tensor& c0) {
-  check_sequence_forward_args(input, weights, bias, h0, c0, kCudaFloatingTypes);
-  const c10::cuda::CUDAGuard guard(input.device());
-  return run_sequence_inference(input, weights, bias, h0, c0, forward_pointwise);
-}
-
-SequenceBackwardOutputs lltm_sequence_backward_cuda(
-    const at::Tensor& grad_output, const at::Tensor& grad_h_n, const at::Tensor& grad_c_n,
-    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& h0,
-    const at::Tensor& output, const at::Tensor& cells, const at::Tensor& gates,
-    std::array<bool, 3> output_mask) {
-  check_sequence_backward_args(grad_output, grad_h_n, grad_c_n, input, weights, h0, output, cells,
-                               gates, kCudaFloatingTypes);
-  const c10::cuda::CUDAGuard guard(input.device());
-  return run_sequence_backward(grad_output, grad_h_n, grad_c_n, input, weights, h0, output, cells,
-                               gates, output_mask, backward_pointwise);
-}
-
 }  // namespace
 }  // namespace tensortools::lltm
 
 TORCH_LIBRARY_IMPL(tensortools, CUDA, m) {
   m.impl("lltm_forward", &tensortools::lltm::lltm_forward_cuda);
   m.impl("lltm_backward", &tensortools::lltm::lltm_backward_cuda);
-  m.impl("lltm_sequence_forward", &tensortools::lltm::lltm_sequence_forward_cuda);
-  m.impl("lltm_sequence_backward", &tensortools::lltm::lltm_sequence_backward_cuda);
-  m.impl("lltm_sequence_inference", &tensortools::lltm::lltm_sequence_inference_cuda);
 }

@@ -1,0 +1,456 @@
+// The LLTM over a sequence on CUDA.
+//
+// Where the state fits on chip, each direction's recurrence is one cooperative
+// ("persistent") launch instead of a product and a pointwise kernel per step from the
+// host. Every block owns a slice of the state's columns j for the whole launch and keeps
+// the weights those columns need in shared memory: forward the three rows of W_h that make
+// gates (i, o, c) of column j, backward the column j of W_h. A step stages the previous h
+// (forward) or the later step's d_gates (backward) from global memory, each warp forms the
+// dot products of one (batch row, column) pair with its lanes splitting the sum, one lane
+// applies the cell's pointwise maths (lltm_math.h, the same as every other kernel), and a
+// grid-wide barrier ends the step. The cell state and its gradient never leave the block
+// (column j of the cell depends only on column j). Sums are in at::opmath_type; what is
+// stored, and carried from step to step, is rounded to the tensor's dtype as the per-step
+// kernels round it.
+//
+// Elsewhere (state too large for shared memory, or a device without cooperative launch)
+// the step loop of lltm_sequence.cpp runs with the cell's pointwise kernels.
+// TENSORTOOLS_LLTM_SEQUENCE=loop forces that loop, =persistent forces the persistent
+// kernels (an error where they do not apply), for tests and benchmarks of both paths;
+// TENSORTOOLS_LLTM_SEQUENCE_BLOCKS caps their grid (by default one block per
+// multiprocessor, or per column of a smaller state).
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <c10/util/Exception.h>
+#include <cooperative_groups.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "../../checks.h"
+#include "../lltm.h"
+#include "../lltm_math.h"
+#include "../lltm_sequence.h"
+#include "launch.cuh"
+#include "lltm_pointwise.cuh"
+
+namespace tensortools::lltm {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+// A load through L2 only: the value was written by another block earlier in this launch,
+// so no copy of it may come from this multiprocessor's L1.
+template <typename T>
+__device__ __forceinline__ T load_cg(const T* p) {
+  if constexpr (sizeof(T) == 2) {
+    const unsigned short bits = __ldcg(reinterpret_cast<const unsigned short*>(p));
+    T v;
+    memcpy(&v, &bits, sizeof(T));
+    return v;
+  } else {
+    return __ldcg(p);
+  }
+}
+
+// Forward. gates: T×B×3S, the input share on entry (and the activated gates on exit where
+// kKeep); weights: row r of W_h at weights + r * ldw; output T×B×S; cells T×B×S (kKeep).
+// Block b owns columns [blockIdx.x * cols, + cols) of the state.
+template <typename scalar_t, bool kKeep>
+__global__ void __launch_bounds__(kThreads)
+    sequence_forward_kernel(scalar_t* gates, const scalar_t* __restrict__ weights, int64_t ldw,
+                            const scalar_t* __restrict__ h0, const scalar_t* __restrict__ c0,
+                            scalar_t* output, scalar_t* __restrict__ h_n,
+                            scalar_t* __restrict__ c_n, scalar_t* __restrict__ cells, int T, int B,
+                            int S, int cols) {
+  using opmath_t = at::opmath_type<scalar_t>;
+  extern __shared__ unsigned char smem_raw[];
+  opmath_t* w_s = reinterpret_cast<opmath_t*>(smem_raw);  // [3][cols][S]
+  opmath_t* h_s = w_s + 3 * cols * S;                     // [B][S]
+  opmath_t* c_s = h_s + B * S;                            // [B][cols]
+  const int j0 = blockIdx.x * cols;
+  const int nj = min(cols, S - j0);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+
+  for (int idx = tid; idx < 3 * nj * S; idx += kThreads) {
+    const int k = idx % S, row = idx / S, g = row / nj, jj = row % nj;
+    w_s[(g * cols + jj) * S + k] =
+        static_cast<opmath_t>(weights[static_cast<int64_t>(g * S + j0 + jj) * ldw + k]);
+  }
+  for (int idx = tid; idx < B * nj; idx += kThreads) {
+    const int b = idx / nj, jj = idx % nj;
+    c_s[b * cols + jj] = static_cast<opmath_t>(c0[b * S + j0 + jj]);
+  }
+  __syncthreads();  // other threads than these read w_s and c_s
+  cg::grid_group grid = cg::this_grid();
+  const int BS = B * S;
+  for (int t = 0; t < T; ++t) {
+    const scalar_t* h_prev = t == 0 ? h0 : output + (t - 1) * BS;
+    for (int idx = tid; idx < BS; idx += kThreads) {
+      h_s[idx] = static_cast<opmath_t>(load_cg(h_prev + idx));
+    }
+    __syncthreads();
+    for (int p = warp; p < B * nj; p += kWarps) {
+      const int b = p / nj, jj = p % nj, j = j0 + jj;
+      const opmath_t* hb = h_s + b * S;
+      const opmath_t* wi = w_s + jj * S;
+      const opmath_t* wo = w_s + (cols + jj) * S;
+      const opmath_t* wc = w_s + (2 * cols + jj) * S;
+      opmath_t si = 0, so = 0, sc = 0;
+      for (int k = lane; k < S; k += 32) {
+        const opmath_t h = hb[k];
+        si += h * wi[k];
+        so += h * wo[k];
+        sc += h * wc[k];
+      }
+      si = warp_sum(si);
+      so = warp_sum(so);
+      sc = warp_sum(sc);
+      if (lane == 0) {
+        scalar_t* g = gates + (t * B + b) * 3 * S;
+        opmath_t i = static_cast<opmath_t>(g[j]) + si;
+        opmath_t o = static_cast<opmath_t>(g[S + j]) + so;
+        opmath_t c = static_cast<opmath_t>(g[2 * S + j]) + sc;
+        opmath_t nc, nh;
+        forward_element<opmath_t>(i, o, c, c_s[b * cols + jj], nc, nh);
+        const scalar_t new_cell = static_cast<scalar_t>(nc), new_h = static_cast<scalar_t>(nh);
+        c_s[b * cols + jj] = static_cast<opmath_t>(new_cell);
+        output[t * BS + b * S + j] = new_h;
+        if constexpr (kKeep) {
+          g[j] = static_cast<scalar_t>(i);
+          g[S + j] = static_cast<scalar_t>(o);
+          g[2 * S + j] = static_cast<scalar_t>(c);
+          cells[t * BS + b * S + j] = new_cell;
+        }
+        if (t == T - 1) {
+          h_n[b * S + j] = new_h;
+          c_n[b * S + j] = new_cell;
+        }
+      }
+    }
+    if (t + 1 < T) {
+      __threadfence();
+      grid.sync();
+    }
+  }
+}
+
+// Backward. Per step t (last to first): grad_h = grad_output[t] (+ grad_h_n at the last
+// step) + d_gates[t+1] @ W_h, then the cell's backward gives d_gates[t] and the gradient
+// of the old cell. At the end d_h0 = d_gates[0] @ W_h. Block b owns columns j as forward
+// and keeps column j of W_h ([cols][3S]).
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreads)
+    sequence_backward_kernel(const scalar_t* __restrict__ grad_output,
+                             const scalar_t* __restrict__ grad_h_n,
+                             const scalar_t* __restrict__ grad_c_n,
+                             const scalar_t* __restrict__ weights, int64_t ldw,
+                             const scalar_t* __restrict__ gates, const scalar_t* __restrict__ cells,
+                             scalar_t* d_gates, scalar_t* __restrict__ d_h0,
+                             scalar_t* __restrict__ d_c0, int T, int B, int S, int cols) {
+  using opmath_t = at::opmath_type<scalar_t>;
+  extern __shared__ unsigned char smem_raw[];
+  const int S3 = 3 * S;
+  opmath_t* w_s = reinterpret_cast<opmath_t*>(smem_raw);  // [cols][3S]
+  opmath_t* dg_s = w_s + cols * S3;                       // [B][3S]
+  opmath_t* gc_s = dg_s + B * S3;                         // [B][cols]
+  const int j0 = blockIdx.x * cols;
+  const int nj = min(cols, S - j0);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+
+  for (int idx = tid; idx < nj * S3; idx += kThreads) {
+    const int r = idx / nj, jj = idx % nj;
+    w_s[jj * S3 + r] = static_cast<opmath_t>(weights[static_cast<int64_t>(r) * ldw + j0 + jj]);
+  }
+  for (int idx = tid; idx < B * nj; idx += kThreads) {
+    const int b = idx / nj, jj = idx % nj;
+    gc_s[b * cols + jj] = static_cast<opmath_t>(grad_c_n[b * S + j0 + jj]);
+  }
+  __syncthreads();  // other threads than these read w_s and gc_s, the last step unstaged
+  // dg_s := d_gates[t] (written by every block), then a barrier within the block.
+  auto stage = [&](int t) {
+    const scalar_t* src = d_gates + t * B * S3;
+    for (int idx = tid; idx < B * S3; idx += kThreads) {
+      dg_s[idx] = static_cast<opmath_t>(load_cg(src + idx));
+    }
+    __syncthreads();
+  };
+  // The pair (b, jj)'s share of d_gates[staged] @ W_h, summed over the warp.
+  auto recurrent = [&](int b, int jj) {
+    const opmath_t* d = dg_s + b * S3;
+    const opmath_t* w = w_s + jj * S3;
+    opmath_t acc = 0;
+    for (int r = lane; r < S3; r += 32) {
+      acc += d[r] * w[r];
+    }
+    return warp_sum(acc);
+  };
+
+  cg::grid_group grid = cg::this_grid();
+  const int BS = B * S;
+  for (int t = T - 1; t >= 0; --t) {
+    if (t < T - 1) {
+      stage(t + 1);
+    }
+    for (int p = warp; p < B * nj; p += kWarps) {
+      const int b = p / nj, jj = p % nj, j = j0 + jj;
+      const opmath_t from_later = t < T - 1 ? recurrent(b, jj) : opmath_t(0);
+      if (lane == 0) {
+        const int h_at = t * BS + b * S + j;
+        opmath_t grad_h = static_cast<opmath_t>(grad_output[h_at]) + from_later;
+        if (t == T - 1) {
+          grad_h += static_cast<opmath_t>(grad_h_n[b * S + j]);
+        }
+        const int g_at = (t * B + b) * S3;
+        opmath_t d_i, d_o, d_c, d_oc;
+        backward_element<opmath_t>(
+            static_cast<opmath_t>(gates[g_at + j]), static_cast<opmath_t>(gates[g_at + S + j]),
+            static_cast<opmath_t>(gates[g_at + 2 * S + j]), static_cast<opmath_t>(cells[h_at]),
+            grad_h, gc_s[b * cols + jj], d_i, d_o, d_c, d_oc);
+        d_gates[g_at + j] = static_cast<scalar_t>(d_i);
+        d_gates[g_at + S + j] = static_cast<scalar_t>(d_o);
+        d_gates[g_at + 2 * S + j] = static_cast<scalar_t>(d_c);
+        const scalar_t d_old_cell = static_cast<scalar_t>(d_oc);
+        gc_s[b * cols + jj] = static_cast<opmath_t>(d_old_cell);
+        if (t == 0) {
+          d_c0[b * S + j] = d_old_cell;
+        }
+      }
+    }
+    __threadfence();
+    grid.sync();
+  }
+  stage(0);
+  for (int p = warp; p < B * nj; p += kWarps) {
+    const int b = p / nj, jj = p % nj;
+    const opmath_t acc = recurrent(b, jj);
+    if (lane == 0) {
+      d_h0[b * S + j0 + jj] = static_cast<scalar_t>(acc);
+    }
+  }
+}
+
+enum class Mode { kAuto, kLoop, kPersistent };
+
+Mode sequence_mode() {
+  const char* v = std::getenv("TENSORTOOLS_LLTM_SEQUENCE");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) {
+    return Mode::kAuto;
+  }
+  if (std::strcmp(v, "loop") == 0) {
+    return Mode::kLoop;
+  }
+  TORCH_CHECK(std::strcmp(v, "persistent") == 0,
+              "TENSORTOOLS_LLTM_SEQUENCE must be auto, loop or persistent, not '", v, "'");
+  return Mode::kPersistent;
+}
+
+// How a persistent launch is laid out: `blocks` blocks of kThreads, each owning `cols`
+// columns of the state, with `smem` bytes of shared memory.
+struct Plan {
+  int blocks = 0;
+  int cols = 0;
+  size_t smem = 0;
+};
+
+// The plan for `kernel` over state size S, whose shared memory holds `fixed` values plus
+// `per_col` per column owned; or why there is none (the reason, for the forced mode's
+// error). The state's columns are spread over at most one block per multiprocessor.
+std::string plan_launch(const void* kernel, int64_t S, int64_t fixed, int64_t per_col,
+                        size_t value_size, int64_t largest_index, Plan& plan) {
+  if (largest_index >= std::numeric_limits<int>::max()) {
+    return "the tensors have 2^31 elements or more";
+  }
+  int device = 0, sms = 0, max_smem = 0, cooperative = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  C10_CUDA_CHECK(
+      cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
+  if (cooperative == 0) {
+    return "the device has no cooperative launch";
+  }
+  int64_t most_blocks = std::min<int64_t>(S, sms);
+  // A cap on the blocks, for measuring how the step time goes with the grid's size
+  // (scripts/lltm_blocks.py); fewer blocks, cheaper barriers, more work each.
+  if (const char* cap = std::getenv("TENSORTOOLS_LLTM_SEQUENCE_BLOCKS"); cap != nullptr) {
+    most_blocks = std::clamp<int64_t>(std::atoll(cap), 1, most_blocks);
+  }
+  const int64_t cols = (S + most_blocks - 1) / most_blocks;
+  const int64_t smem = (fixed + per_col * cols) * static_cast<int64_t>(value_size);
+  if (smem > max_smem) {
+    return "its state needs " + std::to_string(smem) + " bytes of shared memory per block, " +
+           "more than the device's " + std::to_string(max_smem);
+  }
+  plan.cols = static_cast<int>(cols);
+  plan.blocks = static_cast<int>((S + cols - 1) / cols);
+  plan.smem = static_cast<size_t>(smem);
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(plan.smem)));
+  int per_sm = 0;
+  C10_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, plan.smem));
+  if (static_cast<int64_t>(per_sm) * sms < plan.blocks) {
+    return "its " + std::to_string(plan.blocks) + " blocks cannot all be resident at once";
+  }
+  return "";
+}
+
+// Whether to run the persistent kernel, given the planner's verdict (empty: it applies).
+bool use_persistent(const std::string& why_not, const char* op) {
+  const Mode mode = sequence_mode();
+  if (mode == Mode::kLoop) {
+    return false;
+  }
+  TORCH_CHECK(mode != Mode::kPersistent || why_not.empty(), op,
+              ": TENSORTOOLS_LLTM_SEQUENCE=persistent, but the persistent kernel does not apply: ",
+              why_not);
+  return why_not.empty();
+}
+
+void launch(const void* kernel, const Plan& plan, void** args) {
+  C10_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, plan.blocks, kThreads, args, plan.smem,
+                                             c10::cuda::getCurrentCUDAStream()));
+}
+
+bool persistent_forward(const at::Tensor& gates, const at::Tensor& weights_, const at::Tensor& h0_,
+                        const at::Tensor& c0_, const at::Tensor& output, const at::Tensor& h_n,
+                        const at::Tensor& c_n, const at::Tensor& cells) {
+  if (sequence_mode() == Mode::kLoop) {
+    return false;
+  }
+  const int T = static_cast<int>(gates.size(0)), B = static_cast<int>(gates.size(1));
+  const int S = static_cast<int>(h0_.size(1));
+  const at::Tensor weights = weights_.contiguous(), h0 = h0_.contiguous(), c0 = c0_.contiguous();
+  int64_t ldw = weights.size(1);
+  const bool keep = cells.defined();
+  bool ran = false;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_sequence_persistent_forward", [&] {
+        using opmath_t = at::opmath_type<scalar_t>;
+        const void* kernel =
+            keep ? reinterpret_cast<const void*>(&sequence_forward_kernel<scalar_t, true>)
+                 : reinterpret_cast<const void*>(&sequence_forward_kernel<scalar_t, false>);
+        Plan plan;
+        const std::string why_not =
+            plan_launch(kernel, S, int64_t{B} * S, 3 * int64_t{S} + B, sizeof(opmath_t),
+                        std::max(gates.numel(), weights.numel()), plan);
+        if (!use_persistent(why_not, "lltm_sequence")) {
+          return;
+        }
+        scalar_t* gates_p = gates.data_ptr<scalar_t>();
+        const scalar_t* w_p = weights.const_data_ptr<scalar_t>();
+        const scalar_t* h0_p = h0.const_data_ptr<scalar_t>();
+        const scalar_t* c0_p = c0.const_data_ptr<scalar_t>();
+        scalar_t* out_p = output.data_ptr<scalar_t>();
+        scalar_t* h_n_p = h_n.data_ptr<scalar_t>();
+        scalar_t* c_n_p = c_n.data_ptr<scalar_t>();
+        scalar_t* cells_p = keep ? cells.data_ptr<scalar_t>() : nullptr;
+        int T_ = T, B_ = B, S_ = S, cols = plan.cols;
+        void* args[] = {&gates_p, &w_p,     &ldw, &h0_p, &c0_p, &out_p, &h_n_p,
+                        &c_n_p,   &cells_p, &T_,  &B_,   &S_,   &cols};
+        launch(kernel, plan, args);
+        ran = true;
+      });
+  return ran;
+}
+
+bool persistent_backward(const at::Tensor& grad_output_, const at::Tensor& grad_h_n_,
+                         const at::Tensor& grad_c_n_, const at::Tensor& weights_,
+                         const at::Tensor& gates, const at::Tensor& cells,
+                         const at::Tensor& d_gates, const at::Tensor& d_h0,
+                         const at::Tensor& d_c0) {
+  if (sequence_mode() == Mode::kLoop) {
+    return false;
+  }
+  const int T = static_cast<int>(gates.size(0)), B = static_cast<int>(gates.size(1));
+  const int S = static_cast<int>(d_h0.size(1));
+  const at::Tensor grad_output = grad_output_.contiguous(), grad_h_n = grad_h_n_.contiguous(),
+                   grad_c_n = grad_c_n_.contiguous(), weights = weights_.contiguous();
+  int64_t ldw = weights.size(1);
+  bool ran = false;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, gates.scalar_type(), "lltm_sequence_persistent_backward", [&] {
+        using opmath_t = at::opmath_type<scalar_t>;
+        const void* kernel = reinterpret_cast<const void*>(&sequence_backward_kernel<scalar_t>);
+        Plan plan;
+        const std::string why_not =
+            plan_launch(kernel, S, int64_t{B} * 3 * S, 3 * int64_t{S} + B, sizeof(opmath_t),
+                        std::max(gates.numel(), weights.numel()), plan);
+        if (!use_persistent(why_not, "lltm_sequence_backward")) {
+          return;
+        }
+        const scalar_t* go_p = grad_output.const_data_ptr<scalar_t>();
+        const scalar_t* ghn_p = grad_h_n.const_data_ptr<scalar_t>();
+        const scalar_t* gcn_p = grad_c_n.const_data_ptr<scalar_t>();
+        const scalar_t* w_p = weights.const_data_ptr<scalar_t>();
+        const scalar_t* gates_p = gates.const_data_ptr<scalar_t>();
+        const scalar_t* cells_p = cells.const_data_ptr<scalar_t>();
+        scalar_t* dg_p = d_gates.data_ptr<scalar_t>();
+        scalar_t* dh0_p = d_h0.data_ptr<scalar_t>();
+        scalar_t* dc0_p = d_c0.data_ptr<scalar_t>();
+        int T_ = T, B_ = B, S_ = S, cols = plan.cols;
+        void* args[] = {&go_p, &ghn_p, &gcn_p, &w_p, &ldw, &gates_p, &cells_p,
+                        &dg_p, &dh0_p, &dc0_p, &T_,  &B_,  &S_,      &cols};
+        launch(kernel, plan, args);
+        ran = true;
+      });
+  return ran;
+}
+
+constexpr Recurrence kPersistent{persistent_forward, persistent_backward};
+
+SequenceForwardOutputs lltm_sequence_forward_cuda(const at::Tensor& input,
+                                                  const at::Tensor& weights, const at::Tensor& bias,
+                                                  const at::Tensor& h0, const at::Tensor& c0) {
+  check_sequence_forward_args(input, weights, bias, h0, c0, kCudaFloatingTypes);
+  const c10::cuda::CUDAGuard guard(input.device());
+  return run_sequence_forward(input, weights, bias, h0, c0, forward_pointwise, &kPersistent);
+}
+
+SequenceInferenceOutputs lltm_sequence_inference_cuda(const at::Tensor& input,
+                                                      const at::Tensor& weights,
+                                                      const at::Tensor& bias, const at::Tensor& h0,
+                                                      const at::Tensor& c0) {
+  check_sequence_forward_args(input, weights, bias, h0, c0, kCudaFloatingTypes);
+  const c10::cuda::CUDAGuard guard(input.device());
+  return run_sequence_inference(input, weights, bias, h0, c0, forward_pointwise, &kPersistent);
+}
+
+SequenceBackwardOutputs lltm_sequence_backward_cuda(
+    const at::Tensor& grad_output, const at::Tensor& grad_h_n, const at::Tensor& grad_c_n,
+    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& h0,
+    const at::Tensor& output, const at::Tensor& cells, const at::Tensor& gates,
+    std::array<bool, 3> output_mask) {
+  check_sequence_backward_args(grad_output, grad_h_n, grad_c_n, input, weights, h0, output, cells,
+                               gates, kCudaFloatingTypes);
+  const c10::cuda::CUDAGuard guard(input.device());
+  return run_sequence_backward(grad_output, grad_h_n, grad_c_n, input, weights, h0, output, cells,
+                               gates, output_mask, backward_pointwise, &kPersistent);
+}
+
+}  // namespace
+}  // namespace tensortools::lltm
+
+TORCH_LIBRARY_IMPL(tensortools, CUDA, m) {
+  m.impl("lltm_sequence_forward", &tensortools::lltm::lltm_sequence_forward_cuda);
+  m.impl("lltm_sequence_backward", &tensortools::lltm::lltm_sequence_backward_cuda);
+  m.impl("lltm_sequence_inference", &tensortools::lltm::lltm_sequence_inference_cuda);
+}
