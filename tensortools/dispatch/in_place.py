@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_leaves
 
+from tensortools._compiler import when_dynamo_loads
 from tensortools.dispatch.tensor_like import INPLACE_OPERATORS
 
 __all__ = ["OutOfPlace", "out_of_place_form", "written_arguments"]
@@ -127,10 +128,9 @@ def _distinct(objects: list) -> list:
 
 # The facts below depend on the function alone: torch.compile takes them as constants (it
 # can trace neither inspect nor string methods on a function's name), read once when it
-# traces a call.
+# traces a call (see _register_with_dynamo).
 
 
-@torch.compiler.assume_constant_result
 def _kind(func: Callable) -> str:
     """ "in place" for a function named as one (a single trailing underscore, an in-place
     operator, item assignment), "module_load" for Tensor.module_load, else ""."""
@@ -140,17 +140,21 @@ def _kind(func: Callable) -> str:
     return "module_load" if func == Tensor.module_load else ""
 
 
-@torch.compiler.assume_constant_result
 def _first_parameter(func: Callable) -> str | None:
     """The name of a function's first parameter (torch.nn.init.zeros_(tensor=...))."""
     return _signature(func)[0]
 
 
-@torch.compiler.assume_constant_result
 def _inplace_position(func: Callable) -> int | None:
     """The position of a function's `inplace` parameter (torch.nn.functional.relu(input,
     inplace=False), ...), or None."""
     return _signature(func)[1]
+
+
+@when_dynamo_loads
+def _register_with_dynamo() -> None:
+    for fact in (_kind, _first_parameter, _inplace_position):
+        torch.compiler.assume_constant_result(fact)  # (marks the function itself)
 
 
 def _signature(func: Callable) -> tuple[str | None, int | None]:

@@ -17,6 +17,7 @@ from torch import Tensor
 from torch.overrides import _is_torch_function_mode_enabled
 from torch.utils._pytree import SUPPORTED_NODES, tree_leaves, tree_map_only
 
+from tensortools._compiler import when_dynamo_loads
 from tensortools._native import C as _C
 from tensortools._settings import OVERRIDES
 from tensortools.dispatch.in_place import written_arguments
@@ -428,7 +429,6 @@ _C.wrapper_dispatch_setup(Tensor, frozenset(NO_WRAP), _wrap_result, OVERRIDES, S
 TensorWrapper._on_settings_change()
 
 
-@torch.compiler.substitute_in_graph(_C.wrapper_torch_function, skip_signature_check=True)
 def _traced_torch_function(cls, func, types, args=(), kwargs=None):
     # What torch.compile traces in place of the compiled path: the Python path.
     return cls._python_torch_function(func, types, args, kwargs)
@@ -464,4 +464,9 @@ def _dispatch_in_place_functions_under_compile() -> None:
         functions.update(_in_place_functions())
 
 
-_dispatch_in_place_functions_under_compile()
+@when_dynamo_loads
+def _register_with_dynamo() -> None:
+    torch.compiler.substitute_in_graph(_C.wrapper_torch_function, skip_signature_check=True)(
+        _traced_torch_function
+    )
+    _dispatch_in_place_functions_under_compile()

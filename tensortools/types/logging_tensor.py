@@ -13,6 +13,7 @@ import torch
 import torch._guards  # (TracingContext: whether torch.compile is tracing)
 from torch import Tensor
 
+from tensortools._compiler import when_dynamo_loads
 from tensortools._native import C as _C
 from tensortools._settings import ThreadStore, pop, push
 from tensortools.coverage import spec as coverage_spec
@@ -86,7 +87,6 @@ class LoggingTensor(TensorWrapper):
     __torch_function__ = classmethod(_C.wrapper_torch_function_eager)
 
     @classmethod
-    @torch._dynamo.disable
     def _python_torch_function(cls, func, types, args=(), kwargs=None):
         captures = _CAPTURES.get()
         captures = () if captures is None else [records for _, records in captures["logs"]]
@@ -108,6 +108,13 @@ class LoggingTensor(TensorWrapper):
                 _emit(name, arguments, time.perf_counter() - start, failed, captures, to_logger)
         finally:
             _RECORDING.set(None)
+
+
+@when_dynamo_loads
+def _never_traced() -> None:
+    # (see __torch_function__ above; a subclass's override reaches this one by super())
+    python_path = LoggingTensor.__dict__["_python_torch_function"].__func__
+    LoggingTensor._python_torch_function = classmethod(torch._dynamo.disable(python_path))
 
 
 def _compiler_internal() -> bool:

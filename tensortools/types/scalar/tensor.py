@@ -10,6 +10,7 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 from torch import Tensor
 
+from tensortools._compiler import when_dynamo_loads
 from tensortools._native import C as _C
 from tensortools.coverage import spec as coverage_spec
 from tensortools.dispatch import TensorLike
@@ -304,10 +305,16 @@ def densify(obj: Any, memo: dict) -> Any:
     return torch.utils._pytree.tree_map_only(ScalarTensor, lambda d: densify(d, memo), obj)
 
 
-@torch.compiler.substitute_in_graph(_C.scalar_torch_function, skip_signature_check=True)
 def _traced_torch_function(cls, func, types, args=(), kwargs=None):
     # What torch.compile traces in place of the compiled path: the Python path.
     return cls._python_torch_function(func, types, args, kwargs)
+
+
+@when_dynamo_loads
+def _register_with_dynamo() -> None:
+    torch.compiler.substitute_in_graph(_C.scalar_torch_function, skip_signature_check=True)(
+        _traced_torch_function
+    )
 
 
 # torch.load(weights_only=True) may rebuild ScalarTensors once tensortools is imported,
