@@ -21,26 +21,55 @@ outcomes), ``samples`` (running op_db samples through a type), ``report`` (the r
 its formats), ``cli`` (the command).
 """
 
-from tensortools.coverage.classify import OUTCOMES, outcome, overridable_functions
-from tensortools.coverage.cli import main, resolve_type
-from tensortools.coverage.report import CoverageReport, FunctionCoverage, report
-from tensortools.coverage.samples import SAMPLE_RESULTS, SampleResult, check_sample, sample_cases
-from tensortools.coverage.spec import CoverageSpec, register, spec_for
+import importlib
+import sys
+import types
+from typing import Any
 
-__all__ = [
-    "FunctionCoverage",
-    "CoverageReport",
-    "SampleResult",
-    "overridable_functions",
-    "report",
-    "sample_cases",
-    "check_sample",
-    "main",
-    "resolve_type",
-    "outcome",
-    "OUTCOMES",
-    "SAMPLE_RESULTS",
-    "CoverageSpec",
-    "register",
-    "spec_for",
-]
+# Each public name and the module that defines it. They are imported on first use: the
+# types register their specs (spec.py) when tensortools is imported, and that must not
+# import the report and the command too.
+_SOURCES = {
+    "FunctionCoverage": "report",
+    "CoverageReport": "report",
+    "SampleResult": "samples",
+    "overridable_functions": "classify",
+    "report": "report",
+    "sample_cases": "samples",
+    "check_sample": "samples",
+    "main": "cli",
+    "resolve_type": "cli",
+    "outcome": "classify",
+    "OUTCOMES": "classify",
+    "SAMPLE_RESULTS": "samples",
+    "CoverageSpec": "spec",
+    "register": "spec",
+    "spec_for": "spec",
+}
+
+__all__ = list(_SOURCES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _SOURCES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_SOURCES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_SOURCES))
+
+
+class _Package(types.ModuleType):
+    # The import system sets each submodule as an attribute of this package when it is
+    # first imported; `report` is the function here (as `from ... import report` has always
+    # given), never the module of the same name, whichever is imported first.
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _SOURCES.get(name) == name:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_leaves, tree_map
 
+from tensortools._optional import tool_import
 from tensortools.coverage.spec import spec_for
 from tensortools.dispatch import TensorLike
 
@@ -20,6 +21,7 @@ __all__ = [
     "SampleResult",
     "check_sample",
     "explain_refusal",
+    "op_db",
     "op_db_size",
     "sample_cases",
     "UNDEFINED_VALUES",
@@ -47,9 +49,7 @@ def sample_cases(
     """(op_db name, function, input, args, kwargs) for up to `max_samples` CPU samples of
     each op_db entry supporting `dtype`; `on_entry()` is called after each op_db entry
     (for progress: :func:`op_db_size` entries in all). Needs the expecttest package."""
-    from torch.testing._internal.common_methods_invocations import op_db
-
-    for info in op_db:
+    for info in op_db():
         if dtype in info.supported_dtypes("cpu"):
             try:
                 samples = info.sample_inputs("cpu", dtype)
@@ -65,9 +65,16 @@ def sample_cases(
 
 def op_db_size() -> int:
     """The number of entries in PyTorch's op_db (needs the expecttest package)."""
-    from torch.testing._internal.common_methods_invocations import op_db
+    return len(op_db())
 
-    return len(op_db)
+
+def op_db() -> list:
+    """PyTorch's operator database, the samples it tests itself with: an ImportError that
+    says what to install where the expecttest package (which it imports) is missing."""
+    module = tool_import(
+        "torch.testing._internal.common_methods_invocations", "PyTorch's op_db (operator samples)"
+    )
+    return module.op_db
 
 
 def _is_size(x: Any) -> bool:

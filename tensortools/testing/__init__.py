@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from tensortools._optional import tool_import
 from tensortools._progress import Progress
 from tensortools.coverage.spec import CoverageSpec, spec_for
 from tensortools.testing.aliases import check_aliases
@@ -306,8 +307,7 @@ def parametrize(cls: type, make: Any, *, ops: Iterable[str] | None = None, **opt
         def test_quantity(check):
             check()
     """
-    import pytest
-
+    pytest = tool_import("pytest", "tensortools.testing.parametrize")
     names = function_names(ops, options.get("dtypes", (torch.float32,)))
 
     def case(name: str) -> Callable[[], TypeCheckReport]:

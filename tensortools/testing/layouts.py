@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.testing._internal.common_utils import noncontiguous_like
 from torch.utils._pytree import tree_map
 
 from tensortools.coverage.samples import UNDEFINED_VALUES, compare_results, plain_values, seeded
@@ -32,6 +31,9 @@ def _transposed(t: Tensor) -> Tensor:
 def _strided(t: Tensor) -> Tensor:
     """Same values, every other element of a larger tensor (the gaps hold NaN or a
     value the tensor does not: a handler reading them shows it)."""
+    # (op_db, which every sample comes from, has imported torch's test utilities already)
+    from torch.testing._internal.common_utils import noncontiguous_like
+
     return noncontiguous_like(t)
 
 

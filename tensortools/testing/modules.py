@@ -27,6 +27,7 @@ from torch import Tensor
 from torch.testing import make_tensor
 from torch.utils._pytree import tree_flatten, tree_map_only, tree_unflatten
 
+from tensortools._optional import tool_import
 from tensortools.coverage.samples import compare_results, seeded
 from tensortools.dispatch import TensorLike
 from tensortools.testing.run import Run, is_size, result_tensors
@@ -82,8 +83,9 @@ def _check_module(
 
 def module_infos() -> Iterator[tuple[str, Any]]:
     """(name, ModuleInfo) for each entry of module_db, then for tensortools' modules."""
-    from torch.testing._internal.common_modules import module_db
-
+    module_db = tool_import(
+        "torch.testing._internal.common_modules", "PyTorch's module_db (module samples)"
+    ).module_db
     for info in module_db:
         yield info.name, info
     yield from _own_modules()

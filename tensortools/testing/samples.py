@@ -17,6 +17,8 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_flatten, tree_leaves
 
+from tensortools.coverage.samples import op_db
+
 __all__ = ["INSTANCES", "Sample", "function_names", "op_samples", "tensor_leaves"]
 
 #: Which of a sample's tensors become instances: ``"every"`` tensor at once, the
@@ -103,13 +105,11 @@ def op_samples(
     named in `ops`) for each of `dtypes` it supports, whose input is a tensor or a list or
     tuple of tensors and which holds a strided tensor; each once per choice of
     :data:`INSTANCES` in `instances`."""
-    from torch.testing._internal.common_methods_invocations import op_db
-
     unknown = [how for how in instances if how not in INSTANCES]
     if unknown or not instances:
         raise ValueError(f"check_type: 'instances' takes some of {list(INSTANCES)}, got {unknown}")
     wanted = None if ops is None else set(ops)
-    for info in op_db:
+    for info in op_db():
         if wanted is not None and info.name not in wanted:
             continue
         for dtype in dtypes:
