@@ -537,7 +537,8 @@ MetadataTensor.implements(torch.stack)(_stack)
 
 def collate(batch: list, *, collate_fn_map: dict | None = None) -> MetadataTensor:
     """``torch.utils.data.default_collate`` for samples among which is a MetadataTensor
-    (registered when tensortools is imported).
+    (registered for batches whose first sample is one when tensortools is imported; see
+    docs/metadata-tensor.md, Batches).
 
     The data are stacked as for plain tensors (into shared memory in a worker process);
     the result is a batch of ``len(batch)`` samples whose metadata maps each key to the
@@ -565,19 +566,26 @@ def decollate(batch: Tensor) -> list[MetadataTensor]:
     return list(batch.unbind(0))
 
 
-# default_collate picks the function by the first sample's type: MetadataTensor's and
-# torch.Tensor's both come here when any sample is a MetadataTensor, so a batch mixing
-# plain tensors and MetadataTensors is the same in either order.
-_collate_map = torch.utils.data._utils.collate.default_collate_fn_map
+def _register_collate() -> None:
+    """Make default_collate (hence any DataLoader) batch MetadataTensors with collate.
+
+    default_collate picks a function by the first sample's type: its own entry, else the
+    first entry whose type it is an instance of, in the map's order. MetadataTensor's
+    entry goes just before torch.Tensor's, so that subclasses of MetadataTensor find it
+    too; for every other sample nothing changes (torch.Tensor's entry is left as it is).
+    A batch whose first sample is a plain tensor goes to torch's tensor rule, whose
+    torch.stack MetadataTensor answers with the same batch."""
+    collate_map = torch.utils.data._utils.collate.default_collate_fn_map
+    if collate_map.get(MetadataTensor) is collate:
+        return
+    entries = [(k, v) for k, v in collate_map.items() if k is not MetadataTensor]
+    collate_map.clear()
+    for key, function in entries:
+        if key is Tensor:
+            collate_map[MetadataTensor] = collate
+        collate_map[key] = function
+    collate_map.setdefault(MetadataTensor, collate)
+
+
 _collate_plain = torch.utils.data._utils.collate.collate_tensor_fn
-
-
-def _collate_tensors(batch: list, *, collate_fn_map: dict | None = None) -> Tensor:
-    if any(isinstance(t, MetadataTensor) for t in batch):
-        return collate(batch, collate_fn_map=collate_fn_map)
-    return _collate_plain(batch, collate_fn_map=collate_fn_map)
-
-
-_collate_map[MetadataTensor] = collate
-if _collate_map.get(Tensor) is _collate_plain:
-    _collate_map[Tensor] = _collate_tensors
+_register_collate()
