@@ -83,16 +83,16 @@ if [ $LLTM -eq 1 ]; then
   seq_tests=(tests/test_ops_lltm_sequence_cuda.py tests/test_ops_lltm_sequence.py tests/test_lltm_autocast.py)
   step tests 150 "$PY" -m pytest -q -rs -p no:cacheprovider -m cuda --junitxml="$OUT/tests.xml" \
     "${seq_tests[@]}"
-  step blocks 60 "$PY" scripts/lltm_blocks.py --json "$OUT/blocks.json"
+  for tool in memcheck racecheck; do
+    step "sanitizer-$tool" 40 compute-sanitizer --tool "$tool" --error-exitcode 1 \
+      "$PY" -m pytest -q -x -p no:cacheprovider -m cuda tests/test_ops_lltm_sequence_cuda.py \
+      -k "float64 and 133"
+  done
+  step blocks 40 "$PY" scripts/lltm_blocks.py --json "$OUT/blocks.json"
+  step char-model 40 "$PY" examples/char_model.py --device cuda --plot "$OUT/char_model.png"
   step recurrent 170 "$PY" -m tensortools.bench --device cuda --recurrent-only \
     --dtype float32 --dtype bfloat16 --min-run-time 0.1 --rounds 2 \
     --size 16/32/128 --size 64/1024/128 --size 32/256/512 --json "$OUT/recurrent.json"
-  step char-model 80 "$PY" examples/char_model.py --device cuda --plot "$OUT/char_model.png"
-  for tool in memcheck racecheck; do
-    step "sanitizer-$tool" 60 compute-sanitizer --tool "$tool" --error-exitcode 1 \
-      "$PY" -m pytest -q -x -p no:cacheprovider -m cuda tests/test_ops_lltm_sequence_cuda.py \
-      -k "float64 and not concurrent"
-  done
 elif [ $QUICK -eq 1 ]; then
   par=()
   "$PY" -c "import xdist" 2>/dev/null && par=(-n 8)
