@@ -23,6 +23,7 @@ sys.modules[_spec.name] = _extension  # dataclasses look their module up while d
 _spec.loader.exec_module(_extension)
 
 try:
+    import torch
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 except ImportError as exc:
     raise SystemExit(_extension.explain_missing_torch(f"{type(exc).__name__}: {exc}")) from exc
@@ -41,6 +42,10 @@ if cfg.with_cuda:
     extra_compile_args["nvcc"] = cfg.nvcc_flags
 
 setup(
+    # tensortools._C is tied to the torch it was compiled against (its C++ ABI): the package
+    # requires that torch and no other ("2.13.0+cpu" -> torch==2.13.0, which any local
+    # build of 2.13.0 satisfies). The runtime needs nothing else.
+    install_requires=[f"torch=={torch.__version__.split('+')[0]}"],
     packages=find_packages(include=["tensortools", "tensortools.*"]),
     ext_modules=[
         Extension(

@@ -37,7 +37,8 @@ pick_python() {
 
 # Pinned specs (from requirements-dev.txt) of those of the given modules that $PY cannot
 # import. "wheel" counts only where setuptools is older than 70.1 (newer ones build
-# wheels themselves).
+# wheels themselves); "setuptools" counts where it is older than 77 (pyproject.toml's
+# license expression; the venv of an older Python comes with an older one).
 missing() {
   "$PY" - "$@" <<'PY'
 import importlib.util, sys
@@ -47,14 +48,16 @@ for line in open("requirements-dev.txt"):
     if line:
         pins[line.split("==")[0]] = line
 def needed(mod):
-    if mod == "wheel":
+    if mod in ("wheel", "setuptools"):
         try:
             import setuptools
             version = tuple(int(p) for p in setuptools.__version__.split(".")[:2])
-            if version >= (70, 1):
+            if version >= ((70, 1) if mod == "wheel" else (77, 0)):
                 return False
         except Exception:
             pass
+        if mod == "setuptools":
+            return True
     if "-" in mod:  # a command-line tool (clang-format), installed next to the interpreter
         import os, shutil
         here = os.path.join(os.path.dirname(sys.executable), mod)
