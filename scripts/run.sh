@@ -2,7 +2,8 @@
 # One entry point that sets up everything on a fresh machine and then runs a job.
 #
 #   bash scripts/run.sh demo [args]   set up, build, run the demo (python -m tensortools.demo)
-#   bash scripts/run.sh test [args]   set up, build, run the whole test suite (pytest)
+#   bash scripts/run.sh test [args]   set up, build, run the whole test suite (pytest); with
+#                                     --full, every sweep at full size
 #   bash scripts/run.sh bench [args]  set up, build, run the benchmarks (python -m tensortools.bench)
 #   bash scripts/run.sh setup         set up and build only
 #
@@ -140,7 +141,9 @@ case "$job" in
   test)
     start=$SECONDS
     status=0
-    "$PY" -m pytest "$@" || status=$?
+    # The 25 slowest tests are listed at the end of every run, so the suite's time stays
+    # visible. --full runs every sweep whole (the default samples them: tests/_support/tiers.py).
+    "$PY" -m pytest --durations=25 "$@" || status=$?
     log "tests took $((SECONDS - start)) s; a quick subset: bash scripts/run.sh test -m 'not slow'"
     exit "$status"
     ;;

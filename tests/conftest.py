@@ -2,6 +2,7 @@ import os
 
 import pytest
 import torch
+from _support import tiers
 from hypothesis import settings
 
 import tensortools
@@ -17,7 +18,31 @@ def cuda_usable() -> bool:
     return torch.cuda.is_available() and tensortools.with_cuda
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--full",
+        action="store_true",
+        help="the full tier: every sweep whole and the tests marked full (TENSORTOOLS_FULL=1)",
+    )
+    parser.addoption(
+        "--seed", type=int, default=None, help="the seed of the default tier's sampled sweeps"
+    )
+
+
+def pytest_configure(config):
+    tiers.configure(config.getoption("--full"), config.getoption("--seed"))
+
+
+def pytest_report_header(config):
+    return tiers.describe()
+
+
 def pytest_collection_modifyitems(config, items):
+    if not tiers.full():
+        skip_full = pytest.mark.skip(reason="full tier only: bash scripts/run.sh test --full")
+        for item in items:
+            if "full" in item.keywords:
+                item.add_marker(skip_full)
     if cuda_usable():
         return
     reason = (

@@ -34,9 +34,11 @@ def test_source_files_have_distinct_object_names():
 
 
 @pytest.mark.slow
+@pytest.mark.full
 def test_jit_path_compiles_same_sources_and_says_so():
     # Compiles the extension with torch.utils.cpp_extension.load (cached after the first
-    # run) and checks the op it registers computes the LLTM.
+    # run) and checks the op it registers computes the LLTM. A second build of every
+    # source (5-20 minutes on 2 cores from an empty cache): the full tier's.
     code = (
         "import torch, tensortools as tt\n"
         "assert 'jit' in tt._C.__name__, tt._C.__name__\n"

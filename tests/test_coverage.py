@@ -161,13 +161,13 @@ def test_command_shows_progress_on_stderr(monkeypatch, capsys):
     pytest.importorskip("expecttest", reason="op_db needs the expecttest package")
     report_module = importlib.import_module("tensortools.coverage.report")  # (not the function)
 
-    def few_cases(max_samples, on_entry=None):
+    def few_cases(max_samples, on_entry=None, ops=None):
         for _ in range(3):
             yield "sin", torch.sin, torch.randn(2, 2), (), {}
             on_entry()
 
     monkeypatch.setattr(report_module, "sample_cases", few_cases)
-    monkeypatch.setattr(report_module, "op_db_size", lambda: 3)
+    monkeypatch.setattr(report_module, "op_db_size", lambda ops=None: 3)
     assert coverage.main(["ScalarTensor"]) == 0
     captured = capsys.readouterr()
     assert "ScalarTensor: op_db" in captured.err  # not a terminal, and still shown
@@ -175,7 +175,9 @@ def test_command_shows_progress_on_stderr(monkeypatch, capsys):
     assert coverage.main(["ScalarTensor", "--no-progress"]) == 0
     assert "op_db" not in capsys.readouterr().err
     # no sample at all is not "every sample correct"
-    monkeypatch.setattr(report_module, "sample_cases", lambda max_samples, on_entry=None: iter(()))
+    monkeypatch.setattr(
+        report_module, "sample_cases", lambda max_samples, on_entry=None, ops=None: iter(())
+    )
     assert coverage.main(["ScalarTensor", "--no-progress"]) == 0
     assert "No op_db sample ran: ScalarTensor stands in for none" in capsys.readouterr().out
     for bad in (["--all", "--failures-only"], ["--all", "--format", "json"]):

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import textwrap
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from tensortools._progress import Progress
 from tensortools.coverage.classify import OUTCOMES, outcome, overridable_functions
@@ -237,11 +237,17 @@ def _means(cls: type) -> dict[str, str]:
 
 
 def report(
-    cls: type, *, samples: bool = True, max_samples: int = 2, progress: bool = False
+    cls: type,
+    *,
+    samples: bool = True,
+    max_samples: int = 2,
+    progress: bool = False,
+    ops: Iterable[str] | None = None,
 ) -> CoverageReport:
     """Classify every overridable function for `cls` (a type built on
     tensortools.dispatch) and, where op_db has samples and the type says how it stands in
-    for them (its CoverageSpec.substitute), check each sample's answer."""
+    for them (its CoverageSpec.substitute), check each sample's answer: of every op_db
+    entry, or of the entries named in `ops`."""
     if not (isinstance(cls, type) and issubclass(cls, TorchFunctionTable)):
         raise TypeError(
             "coverage.report: 'cls' must be a type built on "
@@ -262,9 +268,11 @@ def report(
         with warnings.catch_warnings():
             # The ops' own deprecation and beta warnings, once per sample otherwise.
             warnings.simplefilter("ignore")
-            bar = Progress(op_db_size(), f"{cls.__name__}: op_db", progress, unit="op")
+            ops = None if ops is None else list(ops)
+            bar = Progress(op_db_size(ops), f"{cls.__name__}: op_db", progress, unit="op")
             try:
-                for opname, op, inp, args, kwargs in sample_cases(max_samples, on_entry=bar.step):
+                cases = sample_cases(max_samples, on_entry=bar.step, ops=ops)
+                for opname, op, inp, args, kwargs in cases:
                     result = check_sample(cls, op, inp, args, kwargs, opname)
                     _record(entries, cls, op, opname, result)
             finally:

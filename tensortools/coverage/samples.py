@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -45,11 +45,16 @@ def sample_cases(
     max_samples: int = 2,
     dtype: torch.dtype = torch.float32,
     on_entry: Callable[[], None] | None = None,
+    ops: Iterable[str] | None = None,
 ) -> Iterator[tuple[str, Callable, Any, tuple, dict]]:
     """(op_db name, function, input, args, kwargs) for up to `max_samples` CPU samples of
-    each op_db entry supporting `dtype`; `on_entry()` is called after each op_db entry
-    (for progress: :func:`op_db_size` entries in all). Needs the expecttest package."""
+    each op_db entry supporting `dtype` (of those named in `ops`, where given);
+    `on_entry()` is called after each op_db entry taken (for progress:
+    :func:`op_db_size` entries in all). Needs the expecttest package."""
+    wanted = None if ops is None else set(ops)
     for info in op_db():
+        if wanted is not None and info.name not in wanted:
+            continue
         if dtype in info.supported_dtypes("cpu"):
             try:
                 samples = info.sample_inputs("cpu", dtype)
@@ -63,9 +68,13 @@ def sample_cases(
             on_entry()
 
 
-def op_db_size() -> int:
-    """The number of entries in PyTorch's op_db (needs the expecttest package)."""
-    return len(op_db())
+def op_db_size(ops: Iterable[str] | None = None) -> int:
+    """The number of entries in PyTorch's op_db (of those named in `ops`, where given;
+    needs the expecttest package)."""
+    if ops is None:
+        return len(op_db())
+    wanted = set(ops)
+    return sum(info.name in wanted for info in op_db())
 
 
 def op_db() -> list:

@@ -1,0 +1,73 @@
+"""The suite's two tiers. The default (CI's, the README's test command) runs every test
+module with each exhaustive sweep cut to a seeded sample; the full tier (`--full`, or
+TENSORTOOLS_FULL=1: `bash scripts/run.sh test --full`) runs every sweep whole and the
+tests marked `full`.
+
+The sample's seed is the checked-out commit's (so a commit always tests the same sample,
+and CI tests what its author ran), or `--seed N` to replay or vary it; pytest's header
+prints it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+_state = {"full": os.environ.get("TENSORTOOLS_FULL") == "1", "seed": None}
+
+
+def configure(full: bool, seed: int | None) -> None:
+    """Set by conftest from the command line, before collection."""
+    _state["full"] = full or _state["full"]
+    _state["seed"] = seed
+
+
+def full() -> bool:
+    """Whether this run is the full tier."""
+    return bool(_state["full"])
+
+
+def seed() -> int:
+    """The sample's seed: --seed, else from the commit checked out, else 0."""
+    if _state["seed"] is None:
+        _state["seed"] = _commit_seed()
+    return int(_state["seed"])
+
+
+def _commit_seed() -> int:
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        return int(head[:8], 16) if head else 0
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return 0
+
+
+def sample(items: Sequence[T], k: int, key: str) -> list[T]:
+    """All of `items` in the full tier; else `k` of them drawn with the run's seed (and
+    `key`, so two sweeps draw independently), in their original order."""
+    items = list(items)
+    if full() or k >= len(items):
+        return items
+    picked = set(random.Random(f"{seed()}:{key}").sample(range(len(items)), k))
+    return [item for i, item in enumerate(items) if i in picked]
+
+
+def describe() -> str:
+    if full():
+        return "tier: full (every sweep whole, tests marked full included)"
+    return (
+        f"tier: default, sweeps sampled with seed {seed()} (--seed N replays another; "
+        "--full or TENSORTOOLS_FULL=1 runs every sweep whole)"
+    )
