@@ -128,6 +128,13 @@ def jit_load(verbose: bool = False) -> ModuleType:
     """Compile the same sources with torch.utils.cpp_extension.load and import them."""
     from torch.utils.cpp_extension import load
 
+    if not any(CSRC.rglob("*.cpp")):
+        # An installed wheel ships the compiled module, not the C++ sources.
+        raise ImportError(
+            f"TENSORTOOLS_JIT compiles tensortools' C++ sources, which are not here ({CSRC}): "
+            "it works from a source checkout (git clone, then run from it); unset it to use "
+            "the built tensortools._C"
+        )
     cfg = build_config()
     sanitize = sanitizers()
     print(

@@ -242,3 +242,10 @@ def test_a_message_printed_by_libc10_does_not_crash_the_process():
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "'input' must be a square matrix" in proc.stdout and "got shape [3]" in proc.stdout
+
+
+def test_jit_without_sources_says_it_needs_a_checkout(monkeypatch, tmp_path):
+    # An installed wheel has no csrc/: TENSORTOOLS_JIT must say so, not fail inside torch.
+    monkeypatch.setattr(_extension, "CSRC", tmp_path / "csrc")
+    with pytest.raises(ImportError, match="TENSORTOOLS_JIT .* source checkout"):
+        _extension.jit_load()
