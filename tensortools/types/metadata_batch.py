@@ -24,7 +24,13 @@ import torch
 from torch import Tensor
 
 from tensortools.dispatch.binding import argument
-from tensortools.types.metadata_tensor import BATCH_RULES, MetadataTensor, metadata_of
+from tensortools.types.batch_rule import functions_for_the_python_path
+from tensortools.types.metadata_tensor import (
+    BATCH_CALLS,
+    BATCH_RULES,
+    MetadataTensor,
+    metadata_of,
+)
 
 __all__ = ["check_batch", "collate", "decollate"]
 
@@ -363,40 +369,6 @@ def _grad(cls, func, types, args, kwargs):
     return out
 
 
-#: Reductions, and the position of their dim argument.
-_REDUCTIONS: dict[Callable, int] = {}
-for _name in (
-    "sum nansum mean nanmean prod amax amin aminmax max min std var std_mean var_mean "
-    "median nanmedian mode logsumexp any all argmax argmin count_nonzero"
-).split():
-    for _func in (getattr(torch, _name, None), getattr(Tensor, _name, None)):
-        if _func is not None:
-            _REDUCTIONS[_func] = 1
-for _func in (torch.norm, Tensor.norm, torch.linalg.vector_norm, torch.linalg.norm):
-    _REDUCTIONS[_func] = 2
-
-
-def _reduction(cls, func, types, args, kwargs):
-    """A reduction over dim 0 (or over every dim) mixes the samples: its result is not a
-    batch, and keeps the batch's metadata (one entry per sample) as it is."""
-    batch = _batch_argument(func, args, kwargs)
-    if batch_size_of(batch) is None:
-        return NotImplemented
-    default = -1 if getattr(func, "__name__", "") == "mode" else None
-    dim = argument(func, args, kwargs, _REDUCTIONS[func], default)
-    if isinstance(dim, Tensor):  # torch.max(a, b) and the like: elementwise
-        return NotImplemented
-    if isinstance(dim, bool):  # (std(b, True), var(b, False): `unbiased`, every dim)
-        dim = None
-    out = _plain_fallback(cls, func, types, args, kwargs)
-    dims = dim if isinstance(dim, (list, tuple)) else [dim]
-    if dim is None or any(_is_dim0(d, len(_shape(batch))) for d in dims):
-        for t in out if isinstance(out, tuple) else (out,):
-            if isinstance(t, MetadataTensor) and t is not batch:
-                t._batch_size = None
-    return out
-
-
 def _cat(cls, func, types, args, kwargs):
     """torch.cat of batches along dim 0: the joined batch. A batch joined with anything
     that is not one is refused; along other dims the merge policy applies."""
@@ -462,7 +434,6 @@ BATCH_RULES.update(
         torch.cat: _cat,
         torch.concat: _cat,
         torch.concatenate: _cat,
-        **dict.fromkeys(_REDUCTIONS, _reduction),
         **{
             f: _pieces
             for name in ("unbind", "split", "chunk", "tensor_split")
@@ -473,6 +444,9 @@ BATCH_RULES.update(
         **{f: _index_select for f in (torch.index_select, Tensor.index_select)},
     }
 )
+
+
+BATCH_CALLS.update(dict.fromkeys(functions_for_the_python_path(BATCH_RULES)))
 
 
 # -- building batches: collation, torch.stack ------------------------------------------

@@ -32,6 +32,11 @@ MergePolicy = str | Callable[[list], dict]
 #: call takes no batch apart.
 BATCH_RULES: dict[Callable, Callable] = {}
 
+#: The functions whose calls with a batch among their arguments the compiled path leaves
+#: to the Python path (tensortools.types.metadata_batch fills it from the rule's table in
+#: tensortools.types.batch_rule): every function that may not keep the batch.
+BATCH_CALLS: dict[Callable, None] = {}
+
 
 class _BatchContext(dict):
     """The metadata results take from a call whose first metadata-carrying argument is a
@@ -222,13 +227,14 @@ class MetadataTensor(TensorWrapper):
     @classmethod
     def fallback(cls, func, types, args, kwargs):
         # A call with a batch among its arguments (the compiled path leaves those to
-        # this one) that takes it apart or joins batches: the batch rules.
+        # this one) that takes it apart or joins batches: the batch rules; any other
+        # call's results stay a batch only as the table of batch_rule says.
         rule = BATCH_RULES.get(func)
         if rule is not None:
             result = rule(cls, func, types, args, kwargs)
             if result is not NotImplemented:
                 return result
-        return super().fallback(func, types, args, kwargs)
+        return settle(func, args, kwargs, super().fallback(func, types, args, kwargs))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -264,7 +270,7 @@ class MetadataTensor(TensorWrapper):
 
     @classmethod
     def _fast_batch_rules(cls) -> dict:
-        return BATCH_RULES
+        return BATCH_CALLS
 
     @classmethod
     def _python_torch_function(cls, func, types, args=(), kwargs=None):
@@ -354,6 +360,7 @@ torch.serialization.add_safe_globals([MetadataTensor])
 
 # Batches: their rules, collation and decollation (a module of their own, registered now
 # that the class exists).
+from tensortools.types.batch_rule import settle  # noqa: E402
 from tensortools.types.metadata_batch import check_batch, collate, decollate  # noqa: E402
 
 
