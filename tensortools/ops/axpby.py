@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 from torch.overrides import handle_torch_function, has_torch_function
 
+from tensortools.ops._autograd import register
 from tensortools.ops._checks import check_number, check_tensors
 
 __all__ = ["axpby"]
@@ -24,15 +25,43 @@ def axpby(x: Tensor, y: Tensor, alpha: float, beta: float) -> Tensor:
 
 def _axpby_setup(ctx, inputs, output):
     x, y, alpha, beta = inputs
-    ctx.shapes = (x.shape, y.shape)
+    ctx.shapes = (x.shape, y.shape, output.shape)
     ctx.scales = (alpha, beta)
 
 
 def _axpby_backward(ctx, grad):
-    (x_shape, y_shape), (alpha, beta) = ctx.shapes, ctx.scales
+    (x_shape, y_shape, _), (alpha, beta) = ctx.shapes, ctx.scales
     grad_x = (grad * alpha).sum_to_size(x_shape) if ctx.needs_input_grad[0] else None
     grad_y = (grad * beta).sum_to_size(y_shape) if ctx.needs_input_grad[1] else None
     return grad_x, grad_y, None, None
 
 
-torch.library.register_autograd("tensortools::axpby", _axpby_backward, setup_context=_axpby_setup)
+def _axpby_jvp(ctx, tangent_x, tangent_y, _alpha, _beta):
+    alpha, beta = ctx.scales
+    if tangent_x is not None and tangent_y is not None:
+        return torch.ops.tensortools.axpby.default(tangent_x, tangent_y, alpha, beta)
+    tangent = tangent_x * alpha if tangent_x is not None else tangent_y * beta
+    return tangent.expand(ctx.shapes[2])
+
+
+def _axpby_vmap(info, in_dims, x, y, alpha, beta):
+    # The vmapped dim goes first, the others align on the right as broadcasting does.
+    ndim = max(t.dim() - (d is not None) for t, d in zip((x, y), in_dims))
+
+    def batch_first(t, d):
+        if d is None:
+            return t
+        t = t.movedim(d, 0)
+        return t.reshape(t.shape[0], *[1] * (ndim + 1 - t.dim()), *t.shape[1:])
+
+    x, y = batch_first(x, in_dims[0]), batch_first(y, in_dims[1])
+    return torch.ops.tensortools.axpby.default(x, y, alpha, beta), 0
+
+
+register(
+    "tensortools::axpby",
+    setup_context=_axpby_setup,
+    backward=_axpby_backward,
+    jvp=_axpby_jvp,
+    vmap=_axpby_vmap,
+)

@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import handle_torch_function, has_torch_function
 
+from tensortools.ops._autograd import _LIB, loop_vmap, no_second_order, register
 from tensortools.ops._checks import check_number, check_tensors
 
 __all__ = ["fused_conv_bn2d"]
@@ -104,6 +106,7 @@ def _conv_bn2d_setup(ctx, inputs, output):
     input, weight, gamma, beta, stride, padding, eps = inputs
     _, mean, var = output
     ctx.save_for_backward(input, weight, gamma, mean, var)
+    ctx.save_for_forward(input, weight, gamma)
     ctx.geometry = (stride, padding, eps)
     ctx.mark_non_differentiable(mean, var)
 
@@ -133,18 +136,66 @@ def _conv_bn2d_backward(ctx, grad_output, _grad_mean, _grad_var):
     )
 
 
-def _no_double_backward(ctx, *grads):
-    raise RuntimeError(
-        "tensortools.ops.fused_conv_bn2d: double backward (a gradient of "
-        "the gradient) is not supported"
-    )
+def _conv_bn2d_jvp(ctx, t_input, t_weight, t_gamma, t_beta, _stride, _padding, _eps):
+    # Like the backward, the tangent recomputes the convolution z rather than keeping it,
+    # and its statistics (in ATen operators, so the tangent is differentiable in turn).
+    # out = gamma * xhat + beta, xhat = (z - mean) * rstd over the batch statistics, so
+    # t_xhat = rstd * (t_z - mean(t_z) - xhat * mean(xhat * t_z)).
+    input, weight, gamma = ctx.saved_tensors
+    stride, padding, eps = ctx.geometry
+    z = F.conv2d(input, weight, None, stride, padding)
+    batch, channel = (0, 2, 3), (1, -1, 1, 1)
+    var, mean = torch.var_mean(z, batch, correction=0, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    xhat = (z - mean) * rstd
+    t_z = None
+    for args in ((t_input, weight), (input, t_weight)):
+        if all(a is not None for a in args):
+            t_z = _add(t_z, F.conv2d(*args, None, stride, padding))
+    t_out = None
+    if t_z is not None:
+        t_xhat = rstd * (
+            t_z - t_z.mean(batch, keepdim=True) - xhat * (xhat * t_z).mean(batch, keepdim=True)
+        )
+        t_out = t_xhat if gamma is None else t_xhat * gamma.view(channel)
+    if t_gamma is not None:
+        t_out = _add(t_out, xhat * t_gamma.view(channel))
+    if t_beta is not None:
+        t_out = _add(t_out, t_beta.view(channel).expand_as(z))
+    return t_out, None, None
 
 
-torch.library.register_autograd(
-    "tensortools::conv_bn2d_forward", _conv_bn2d_backward, setup_context=_conv_bn2d_setup
+def _add(total, term):
+    return term if total is None else total + term
+
+
+register(
+    "tensortools::conv_bn2d_forward",
+    setup_context=_conv_bn2d_setup,
+    backward=_conv_bn2d_backward,
+    jvp=_conv_bn2d_jvp,
+    # Each sample is a batch of its own statistics: a loop.
+    vmap=loop_vmap(torch.ops.tensortools.conv_bn2d_forward.default),
 )
-torch.library.register_autograd(
+
+
+def _conv_bn2d_eval_vmap(info, in_dims, input, *args):
+    # Inference uses no batch statistics: samples are more images of the batch, unless
+    # each has its own weights or statistics (a loop).
+    op = torch.ops.tensortools.conv_bn2d_eval.default
+    if any(isinstance(d, int) for d in in_dims[1:]) or in_dims[0] is None:
+        return loop_vmap(op)(info, in_dims, input, *args)
+    input = input.movedim(in_dims[0], 0)
+    return op(input.flatten(0, 1), *args).unflatten(0, input.shape[:2]), 0
+
+
+register(
     "tensortools::conv_bn2d_backward",
-    _no_double_backward,
     setup_context=lambda ctx, inputs, output: None,
+    backward=no_second_order("fused_conv_bn2d"),
+    jvp=no_second_order("fused_conv_bn2d"),
+    vmap=loop_vmap(torch.ops.tensortools.conv_bn2d_backward.default),
 )
+# Inference is a composition of ATen operators (CompositeImplicitAutograd): autograd and
+# tangents come from them; only vmap needs a rule.
+torch.library.register_vmap("tensortools::conv_bn2d_eval", _conv_bn2d_eval_vmap, lib=_LIB)

@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 from torch.overrides import handle_torch_function, has_torch_function
 
+from tensortools.ops._autograd import loop_vmap, register, save
 from tensortools.ops._checks import check_tensors
 
 __all__ = ["graph_conv"]
@@ -35,7 +36,8 @@ def graph_conv(adj: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None = Non
 
 def _graph_conv_setup(ctx, inputs, output):
     adj, x, weight, bias = inputs
-    ctx.save_for_backward(adj, x, weight)
+    save(ctx, adj, x, weight)
+    ctx.output_shape = output.shape
 
 
 def _graph_conv_backward(ctx, grad):
@@ -58,6 +60,25 @@ def _graph_conv_backward(ctx, grad):
     return grad_adj, grad_x, grad_weight, grad_bias
 
 
-torch.library.register_autograd(
-    "tensortools::graph_conv", _graph_conv_backward, setup_context=_graph_conv_setup
+def _graph_conv_jvp(ctx, t_adj, t_x, t_weight, t_bias):
+    # The products are linear in each of adj, x and weight: one product per tangent (a
+    # sparse adj's tangent is sparse too, which the operator takes).
+    adj, x, weight = ctx.saved_tensors
+    tangent = None
+    for args in ((t_adj, x, weight), (adj, t_x, weight), (adj, x, t_weight)):
+        if all(a is not None for a in args):
+            term = torch.ops.tensortools.graph_conv.default(*args, None)
+            tangent = term if tangent is None else tangent + term
+    if t_bias is not None:
+        tangent = t_bias.expand(ctx.output_shape) if tangent is None else tangent + t_bias
+    return tangent
+
+
+register(
+    "tensortools::graph_conv",
+    setup_context=_graph_conv_setup,
+    backward=_graph_conv_backward,
+    jvp=_graph_conv_jvp,
+    # A sample's x is not a block of rows of adj's product: a loop.
+    vmap=loop_vmap(torch.ops.tensortools.graph_conv.default),
 )

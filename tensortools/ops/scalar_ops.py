@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 from torch.overrides import handle_torch_function, has_torch_function
 
+from tensortools.ops._autograd import loop_vmap, register, save
 from tensortools.ops._checks import check_tensors
 
 __all__ = ["add_diagonal", "scale"]
@@ -68,11 +69,12 @@ def scale(input: Tensor, value: Any) -> Tensor:
 
 
 def _save_inputs(ctx, inputs, output):
-    ctx.save_for_backward(*inputs)
+    save(ctx, *inputs)
 
 
-def _save_value(ctx, inputs, output):
-    ctx.save_for_backward(inputs[1])
+def _add_diagonal_setup(ctx, inputs, output):
+    save(ctx, inputs[1])
+    ctx.shape = inputs[0].shape
 
 
 def _add_diagonal_backward(ctx, grad):
@@ -83,6 +85,14 @@ def _add_diagonal_backward(ctx, grad):
     return grad, grad_value
 
 
+def _add_diagonal_jvp(ctx, tangent_input, tangent_value):
+    if tangent_value is None:
+        return tangent_input
+    if tangent_input is None:
+        tangent_input = tangent_value.new_zeros(ctx.shape)
+    return torch.ops.tensortools.add_diagonal.default(tangent_input, tangent_value)
+
+
 def _scale_backward(ctx, grad):
     self, value = ctx.saved_tensors
     grad_self = scale(grad, value) if ctx.needs_input_grad[0] else None
@@ -90,14 +100,62 @@ def _scale_backward(ctx, grad):
     return grad_self, grad_value
 
 
+def _scale_jvp(ctx, tangent_input, tangent_value):
+    input, value = ctx.saved_tensors
+    tangent = None
+    if tangent_input is not None:
+        tangent = torch.ops.tensortools.scale.default(tangent_input, value)
+    if tangent_value is not None:
+        term = tangent_value * input
+        tangent = term if tangent is None else tangent + term
+    return tangent
+
+
+def _scale_finite_setup(ctx, inputs, output):
+    save(ctx, *inputs)
+    ctx.mark_non_differentiable(output[1])
+
+
 def _scale_finite_backward(ctx, grad, grad_all_finite):
     return _scale_backward(ctx, grad)
 
 
-torch.library.register_autograd(
-    "tensortools::add_diagonal", _add_diagonal_backward, setup_context=_save_value
+def _scale_finite_jvp(ctx, tangent_input, tangent_value):
+    return _scale_jvp(ctx, tangent_input, tangent_value), None
+
+
+def _elementwise_vmap(op):
+    """The vmapped dim of ``input`` is one more batch dim to these kernels; a vmapped
+    ``value`` (a number per sample) takes a loop."""
+    loop = loop_vmap(op)
+
+    def rule(info, in_dims, input, value):
+        if in_dims[1] is not None:
+            return loop(info, in_dims, input, value)
+        return op(input.movedim(in_dims[0], 0), value), 0
+
+    return rule
+
+
+register(
+    "tensortools::add_diagonal",
+    setup_context=_add_diagonal_setup,
+    backward=_add_diagonal_backward,
+    jvp=_add_diagonal_jvp,
+    vmap=_elementwise_vmap(torch.ops.tensortools.add_diagonal.default),
 )
-torch.library.register_autograd("tensortools::scale", _scale_backward, setup_context=_save_inputs)
-torch.library.register_autograd(
-    "tensortools::scale_finite", _scale_finite_backward, setup_context=_save_inputs
+register(
+    "tensortools::scale",
+    setup_context=_save_inputs,
+    backward=_scale_backward,
+    jvp=_scale_jvp,
+    vmap=_elementwise_vmap(torch.ops.tensortools.scale.default),
+)
+# all_finite holds for the whole input: per sample, it takes a loop.
+register(
+    "tensortools::scale_finite",
+    setup_context=_scale_finite_setup,
+    backward=_scale_finite_backward,
+    jvp=_scale_finite_jvp,
+    vmap=loop_vmap(torch.ops.tensortools.scale_finite.default),
 )
