@@ -579,7 +579,21 @@ def test_operators_see_plain_tensors_inside_the_sharded_forward(reports):
             }
 
 
-@pytest.mark.parametrize("case", ["lltm_sequence", "conv_bn_eval", "net"])
+_BATCH_FIRST = (
+    "issue 48: LLTMSequence(batch_first=True) transposes dim 0 away and back, and the batch "
+    "rule drops a batch whose dim 0 moves (metadata kept whole, not per row); the module "
+    "needs a rule of its own"
+)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param("lltm_sequence", marks=pytest.mark.xfail(strict=True, reason=_BATCH_FIRST)),
+        "conv_bn_eval",
+        "net",
+    ],
+)
 def test_metadata_tensor_inputs(reports, case):
     """A MetadataTensor batch: each rank's output keeps its samples' metadata, and the
     gradients are the full batch's."""
