@@ -7,25 +7,23 @@ values (op_db's own sample values, rows pairwise different), and checks each res
 by row against an independent reference: row r labelled s must be what the same call
 gives for row r when every sample of the input is sample s (so a row that holds another
 sample's values, or mixes samples, fails). A seeded sample of op_db by default;
-TENSORTOOLS_FULL=1 runs all of it, method forms too. TENSORTOOLS_SEED=N replays a draw.
+the full tier (--full) runs all of it, method forms too; --seed N replays another draw
+(tests/_support/tiers.py).
 """
 
 from __future__ import annotations
 
-import os
-import random
 import time
 import warnings
 
 import numpy as np
 import pytest
 import torch
+from _support import tiers
 from torch.utils._pytree import tree_leaves
 
 from tensortools import MetadataTensor
 
-FULL = os.environ.get("TENSORTOOLS_FULL") == "1"
-SEED = int(os.environ.get("TENSORTOOLS_SEED", random.randrange(2**31)))
 OPS_SAMPLED = 80  # op_db entries in the default run
 SAMPLES_PER_OP = 3
 
@@ -197,8 +195,7 @@ def _cases(op, variants):
 
 def test_op_db_sweep_labels_every_row_with_the_sample_it_holds():
     ops = list(_op_db())
-    if not FULL:
-        ops = sorted(random.Random(SEED).sample(ops, OPS_SAMPLED), key=lambda o: o.name)
+    ops = sorted(tiers.sample(ops, OPS_SAMPLED, "batch rule"), key=lambda o: o.name)
     start, cases, kept, failures = time.perf_counter(), 0, 0, []
     for op in ops:
         if op.name in ("resize_", "resize_as_") or isinstance(
@@ -206,7 +203,7 @@ def test_op_db_sweep_labels_every_row_with_the_sample_it_holds():
         ):
             continue  # (torch.ops packets: see KNOWN_GAPS)
         variants = [(op.name, op.op)]
-        if FULL and op.method_variant is not None:
+        if tiers.full() and op.method_variant is not None:
             variants.append((f"Tensor.{op.name}", op.method_variant))
         for label, f, x, args, kwargs in _cases(op, variants):
             cases += 1
@@ -214,7 +211,7 @@ def test_op_db_sweep_labels_every_row_with_the_sample_it_holds():
             if problem:
                 failures.append(f"{label} on {tuple(x.shape)} {x.dtype}: {problem}")
     seconds = time.perf_counter() - start
-    where = f"seed {SEED} (TENSORTOOLS_SEED={SEED} replays it), {len(ops)} ops, {cases} cases"
+    where = f"{tiers.describe()}; {len(ops)} ops, {cases} cases"
     assert cases > 50, where
     assert not failures, f"{where}, {seconds:.1f}s:\n" + "\n".join(failures)
     del kept

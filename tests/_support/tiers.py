@@ -3,13 +3,15 @@ module with each exhaustive sweep cut to a seeded sample; the full tier (`--full
 TENSORTOOLS_FULL=1: `bash scripts/run.sh test --full`) runs every sweep whole and the
 tests marked `full`.
 
-The sample's seed is the checked-out commit's (so a commit always tests the same sample,
-and CI tests what its author ran), or `--seed N` to replay or vary it; pytest's header
-prints it.
+The sample's seed comes from the code checked out (the git trees of tensortools/, csrc/
+and tests/: the same code always tests the same sample, a commit that changes only docs
+keeps it, and CI tests what its author ran), or `--seed N` to replay or vary it; pytest's
+header prints it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import subprocess
@@ -34,22 +36,22 @@ def full() -> bool:
 
 
 def seed() -> int:
-    """The sample's seed: --seed, else from the commit checked out, else 0."""
+    """The sample's seed: --seed, else from the code checked out, else 0."""
     if _state["seed"] is None:
-        _state["seed"] = _commit_seed()
+        _state["seed"] = _code_seed()
     return int(_state["seed"])
 
 
-def _commit_seed() -> int:
+def _code_seed() -> int:
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
+        trees = subprocess.run(
+            ["git", "rev-parse", "HEAD:tensortools", "HEAD:csrc", "HEAD:tests"],
             cwd=Path(__file__).resolve().parent,
             capture_output=True,
             text=True,
             timeout=10,
-        ).stdout.strip()
-        return int(head[:8], 16) if head else 0
+        ).stdout.split()
+        return int(hashlib.sha1(" ".join(trees).encode()).hexdigest()[:8], 16) if trees else 0
     except (OSError, ValueError, subprocess.SubprocessError):
         return 0
 
