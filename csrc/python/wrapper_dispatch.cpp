@@ -21,11 +21,11 @@
 //             value is set in the calling thread, the Python path
 //   carrier   WRAP_METADATA: the class whose instances carry metadata (MetadataTensor,
 //             whatever the class of the call); else None
-//   batch_rules  WRAP_METADATA: the functions that take a batch apart or join batches (a
-//             dict, or None): a call of one with a batch among its carriers (an instance
-//             whose `_batch_size` is not None) takes the Python path. Any other call's
-//             results take the batch size of the carrier whose metadata they take (a
-//             result of at least one dim: a 0-d tensor holds no samples).
+//   batch_rules  WRAP_METADATA: the functions a call with a batch among its carriers (an
+//             instance whose `_batch_size` is not None) may make on this path (a dict, or
+//             None): their results take the batch size of the carrier whose metadata they
+//             take (a result of at least one dim: a 0-d tensor holds no samples). A call
+//             of any other function with a batch takes the Python path, whose rule decides.
 //
 // Python code can run in the middle of a call (a property getter, a key's __eq__, a
 // finalizer started by a garbage collection at any allocation) and can change or free
@@ -438,7 +438,8 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
     Py_DECREF(carrier);
     int rule = 0;
     if (context != nullptr && batch && batch_rules != Py_None) {
-      rule = PyDict_Contains(batch_rules, func);
+      const int keeps = PyDict_Contains(batch_rules, func);
+      rule = keeps < 0 ? -1 : !keeps;
     }
     Py_DECREF(batch_rules);
     if (context == nullptr || rule != 0) {

@@ -57,8 +57,9 @@ class WrapperRecord(NamedTuple):
     captures: Any
     #: for WRAP_METADATA, the class whose instances carry metadata; else None
     carrier: type | None
-    #: for WRAP_METADATA, the functions whose calls with a batch among the arguments take
-    #: the Python path (a dict), or None
+    #: for WRAP_METADATA, the functions whose calls with a batch among the arguments may
+    #: stay on the compiled path (a dict; every other such call takes the Python path), or
+    #: None
     batch_rules: dict | None = None
 
 
@@ -125,7 +126,8 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     @classmethod
     def _fast_batch_rules(cls) -> dict | None:
         """For WRAP_METADATA: the functions whose calls with a batch among the carriers
-        take the Python path (None: no such functions)."""
+        may stay on the compiled path, every other such call taking the Python path (None:
+        batches are no concern of the type)."""
         return None
 
     @classmethod

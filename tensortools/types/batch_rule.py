@@ -18,8 +18,8 @@ reads only shapes and arguments, never a coincidence of sizes: ``b.T`` of a squa
 is not a batch.
 
 The calls in ``SAME`` (shape-preserving calls of one tensor) keep the batch whatever
-their arguments, so the compiled path may run them; every other known function reaches
-:func:`settle` on the Python path (``BATCH_CALLS``, filled here, lists them).
+their arguments, so the compiled path may run them (``BATCH_CALLS`` lists them); every
+other call with a batch, of any function, reaches :func:`settle` on the Python path.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from torch.utils._pytree import tree_leaves
 
 from tensortools import ops
 from tensortools.dispatch.binding import argument
-from tensortools.dispatch.wrapper import _in_place_functions, argument_tensors
+from tensortools.dispatch.wrapper import argument_tensors
 
 __all__ = ["DROP", "KEEP", "RULES", "SAME", "settle", "verdict"]
 
@@ -626,48 +626,13 @@ RULES.update(
 )
 
 
-def functions_for_the_python_path(structural: Iterable[Callable]) -> set[Callable]:
-    """The functions whose calls with a batch the compiled path must leave to the Python
-    path: every function torch lists as overridable or holds in its namespaces, the
-    in-place forms, tensortools' operators and the `structural` rules' (taking batches
-    apart, joining them), less ``SAME``. (Not among them, so left to the compiled path,
-    which keeps the batch: ``torch.ops`` packets and functions of other libraries that
-    call ``handle_torch_function``; that path would need the list of keeping calls in
-    place of this one.)"""
-    found = {f for fs in torch.overrides.get_overridable_functions().values() for f in fs}
-    for namespace in _NAMESPACES:  # (also those torch does not list: torch.segment_reduce)
-        for name in dir(namespace):
-            f = getattr(namespace, name, None)
-            if callable(f) and not isinstance(f, type) and _hashable(f):
-                found.add(f)
-    found |= _in_place_functions() | set(RULES) | set(structural)
-    return found - set(SAME)
-
-
-_NAMESPACES = (
-    torch,
-    Tensor,
-    F,
-    torch.linalg,
-    torch.fft,
-    torch.special,
-    torch._C._VariableFunctions,
-    torch._C._nn,
-    torch._C._linalg,
-    torch._C._fft,
-    torch._C._special,
-    torch.masked,
-    torch.sparse,
-    torch.nn.init,
-)
-
-
-def _hashable(f: Any) -> bool:
-    try:
-        hash(f)
-    except TypeError:
-        return False
-    return True
+def functions_for_the_compiled_path(structural: Iterable[Callable]) -> set[Callable]:
+    """The functions whose calls with a batch the compiled path may run itself, keeping the
+    batch: ``SAME`` (the shape-preserving calls of one tensor), less the `structural`
+    rules' (taking batches apart, joining them). Every other call with a batch among its
+    arguments takes the Python path, where the table decides: ``torch.ops`` packets and
+    overloads and other libraries' functions too, which no list of torch's could name."""
+    return set(SAME) - set(structural)
 
 
 # -- applying it -------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from tensortools.dispatch.binding import argument
-from tensortools.types.batch_rule import functions_for_the_python_path
+from tensortools.types.batch_rule import functions_for_the_compiled_path
 from tensortools.types.metadata_tensor import (
     BATCH_CALLS,
     BATCH_RULES,
@@ -446,7 +446,7 @@ BATCH_RULES.update(
 )
 
 
-BATCH_CALLS.update(dict.fromkeys(functions_for_the_python_path(BATCH_RULES)))
+BATCH_CALLS.update(dict.fromkeys(functions_for_the_compiled_path(BATCH_RULES)))
 
 
 # -- building batches: collation, torch.stack ------------------------------------------

@@ -32,9 +32,9 @@ MergePolicy = str | Callable[[list], dict]
 #: call takes no batch apart.
 BATCH_RULES: dict[Callable, Callable] = {}
 
-#: The functions whose calls with a batch among their arguments the compiled path leaves
-#: to the Python path (tensortools.types.metadata_batch fills it from the rule's table in
-#: tensortools.types.batch_rule): every function that may not keep the batch.
+#: The functions whose calls with a batch among their arguments the compiled path may run
+#: itself, keeping the batch (tensortools.types.metadata_batch fills it from the rule's
+#: table in tensortools.types.batch_rule); any other call with a batch takes the Python path.
 BATCH_CALLS: dict[Callable, None] = {}
 
 
