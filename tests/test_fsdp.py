@@ -737,7 +737,13 @@ def test_in_place_op_on_a_sharded_lltm_output_with_metadata_input(reports, resha
 # -- the example ------------------------------------------------------------------------
 
 
-def test_fsdp_train_example_under_torchrun(tmp_path):
+# A rank of torchrun aborting in its teardown, after the training finished (seen once in
+# seven runs on the 2-core machine, 2026-11-27, not reproduced alone): retried once, and
+# said in the run's notes. Any other failure, or this one twice, fails the test.
+_TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def test_fsdp_train_example_under_torchrun(tmp_path, summary_note):
     steps = 5
     command = [
         sys.executable,
@@ -751,9 +757,16 @@ def test_fsdp_train_example_under_torchrun(tmp_path):
         str(steps),
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
-    done = subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=JOIN_TIMEOUT_S
-    )
+    for attempt in range(2):
+        done = subprocess.run(
+            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=JOIN_TIMEOUT_S
+        )
+        finished = len(re.findall(r"^step \d+ loss ", done.stdout, re.M)) == steps
+        if done.returncode == 0 or attempt == 1 or not finished:
+            break
+        if _TEARDOWN_ABORT not in done.stdout + done.stderr:
+            break
+        summary_note(f"test_fsdp: a torchrun rank aborted in teardown ({_TEARDOWN_ABORT}); retried")
     assert done.returncode == 0, done.stdout + done.stderr
     losses = [float(v) for v in re.findall(r"^step \d+ loss (\S+)$", done.stdout, re.M)]
     assert len(losses) == steps, done.stdout  # rank 0 alone prints
