@@ -48,6 +48,7 @@ for line in open("requirements-dev.txt"):
     line = line.split("#")[0].strip()
     if line:
         pins[line.split("==")[0]] = line
+packages = {"pytest-xdist": "xdist"}  # pinned name -> the module it installs
 def needed(mod):
     if mod in ("wheel", "setuptools"):
         try:
@@ -59,6 +60,8 @@ def needed(mod):
             pass
         if mod == "setuptools":
             return True
+    if mod in packages:  # a module whose package has another name
+        return importlib.util.find_spec(packages[mod]) is None
     if "-" in mod:  # a command-line tool (clang-format), installed next to the interpreter
         import os, shutil
         here = os.path.join(os.path.dirname(sys.executable), mod)
@@ -103,6 +106,8 @@ ensure_deps() {
     install_missing required sybil sphinx ruff clang-format
     # op_db sweeps need expecttest (they skip without it); tqdm draws progress bars.
     install_missing optional expecttest tqdm
+    # pytest-xdist runs the suite on two workers; without it the suite runs on one.
+    install_missing optional pytest-xdist
   fi
   if [[ "$1" == test || "$1" == bench ]]; then
     install_missing optional matplotlib  # --plot; its test skips without it
@@ -150,7 +155,13 @@ case "$job" in
     fi
     # The 25 slowest tests are listed at the end of every run, so the suite's time stays
     # visible. --full runs every sweep whole (the default samples them: tests/_support/tiers.py).
-    "$PY" -m pytest --durations=25 "$@" || { s=$?; [[ $status -ne 0 ]] || status=$s; }
+    # With pytest-xdist, $TENSORTOOLS_TEST_WORKERS workers (2, the CI machine's cores; one
+    # intra-op thread each), each test file on one worker; -n 0 in the arguments runs serially.
+    workers=()
+    if "$PY" -c 'import xdist' >/dev/null 2>&1 && [[ "${TENSORTOOLS_TEST_WORKERS:-2}" != 0 ]]; then
+      workers=(-n "${TENSORTOOLS_TEST_WORKERS:-2}" --dist loadfile)
+    fi
+    "$PY" -m pytest --durations=25 "${workers[@]}" "$@" || { s=$?; [[ $status -ne 0 ]] || status=$s; }
     log "tests took $((SECONDS - start)) s; a quick subset: bash scripts/run.sh test -m 'not slow'"
     exit "$status"
     ;;

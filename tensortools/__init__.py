@@ -12,8 +12,16 @@ from typing import Any
 
 from tensortools import dispatch, nn, ops, reference
 from tensortools._native import C as _C
-from tensortools.types import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs
-from tensortools.types.metadata_batch import decollate
+from tensortools.types import (
+    CallStats,
+    CapturedLogs,
+    LoggingTensor,
+    MetadataTensor,
+    ScalarTensor,
+    capture_logs,
+    collate,
+    decollate,
+)
 
 # The one place the version is written: the package metadata reads it from here
 # (pyproject.toml: [tool.setuptools.dynamic]).
@@ -24,17 +32,21 @@ with_cuda: bool = _C.with_cuda
 
 _TOOLS = ("testing", "coverage", "bench")
 
+# The public surface (docs/api). The tools are left out on purpose: they are attributes
+# imported on first use, so that `from tensortools import *` needs torch alone.
 __all__ = [
     "ScalarTensor",
     "MetadataTensor",
     "LoggingTensor",
     "capture_logs",
+    "CapturedLogs",
+    "CallStats",
+    "collate",
     "decollate",
     "dispatch",
     "nn",
     "ops",
     "reference",
-    "testing",
     "with_cuda",
     "__version__",
 ]

@@ -1,8 +1,9 @@
 import os
+from collections import defaultdict
 
 import pytest
 import torch
-from _support import tiers
+from _support import durations, tiers
 from hypothesis import settings
 
 import tensortools
@@ -27,10 +28,18 @@ def pytest_addoption(parser):
     parser.addoption(
         "--seed", type=int, default=None, help="the seed of the default tier's sampled sweeps"
     )
+    parser.addoption(
+        "--update-durations",
+        action="store_true",
+        help="rewrite .ci/durations.json with this run's times (after a whole run)",
+    )
 
 
 def pytest_configure(config):
     tiers.configure(config.getoption("--full"), config.getoption("--seed"))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Two workers share the machine's cores: one intra-op thread each.
+        torch.set_num_threads(1)
 
 
 def pytest_report_header(config):
@@ -58,22 +67,35 @@ def pytest_collection_modifyitems(config, items):
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
 
-_NOTES = pytest.StashKey[list]()
-
-
 @pytest.fixture
 def summary_note(request):
     """note(text): a line for the "notes" section pytest prints at the end of the run
-    (for what a passing test wants known, such as code examples it left out)."""
-    return request.config.stash.setdefault(_NOTES, []).append
+    (for what a passing test wants known, such as code examples it left out). Kept in the
+    test's report, so that it reaches the summary from an xdist worker too."""
+    return lambda text: request.node.user_properties.append(("note", text))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    notes = config.stash.get(_NOTES, [])
+    notes, times, marked = [], defaultdict(float), {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if not isinstance(report, pytest.TestReport):
+                continue
+            notes += [v for k, v in report.user_properties if k == "note" and v not in notes]
+            times[report.nodeid] += report.duration
+            if report.when == "call" or report.nodeid not in marked:
+                marked[report.nodeid] = "slow" in report.keywords
     if notes:
         terminalreporter.write_sep("=", "notes")
         for line in notes:
             terminalreporter.write_line(line)
+    unmarked = durations.unmarked_slow(times, marked)
+    if unmarked:
+        terminalreporter.write_sep("=", f"over {durations.SLOW_S:g} s, not marked slow")
+        for nodeid, seconds in unmarked:
+            terminalreporter.write_line(f"{seconds:6.1f} s  {nodeid}")
+    if config.getoption("--update-durations"):
+        durations.write(times)
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch.overrides import handle_torch_function
 
-from tensortools.dispatch import TorchFunctionTable, WrapperPath, aliases_of
+from tensortools.dispatch import TorchFunctionTable, aliases_of
+from tensortools.dispatch.wrapper import WrapperPath
 
 
 class Box(TorchFunctionTable):

@@ -41,6 +41,18 @@ def test_tools_are_attributes_imported_on_first_use():
         tensortools.no_such_name  # noqa: B018
 
 
+def test_the_public_surface_is_listed_and_the_tools_are_not_in_it():
+    # every listed name is there; the tools stay attributes imported on first use
+    assert all(hasattr(tensortools, name) for name in tensortools.__all__)
+    assert not set(tensortools.__all__) & {"testing", "coverage", "bench"}
+    for name in ("collate", "decollate", "CapturedLogs", "CallStats"):
+        assert getattr(tensortools, name) is getattr(tensortools.types, name)
+    # tensortools.dispatch exports only what it lists (its submodules aside)
+    public = {n for n, v in vars(tensortools.dispatch).items() if not n.startswith("_")}
+    submodules = {n for n in public if type(getattr(tensortools.dispatch, n)) is type(sys)}
+    assert public - submodules == set(tensortools.dispatch.__all__)
+
+
 def test_coverage_report_is_the_function_whichever_module_is_imported_first():
     # tensortools.coverage.report names the function; its module of the same name, once
     # imported, must not replace it.

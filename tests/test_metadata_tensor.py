@@ -13,7 +13,7 @@ from _support.type_cases import CALLS, assert_same_values, tensors_in
 
 import tensortools
 from tensortools import MetadataTensor, ops
-from tensortools.dispatch import WrapperPath
+from tensortools.dispatch.wrapper import WrapperPath
 
 
 def test_spec_examples():

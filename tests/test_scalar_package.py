@@ -255,19 +255,3 @@ def test_handlers_on_the_meta_device_answer_as_the_dense_call():
 
 def test_every_module_is_in_the_api_or_says_why_not():
     assert tensortools.types.scalar.ScalarTensor is tensortools.ScalarTensor
-
-
-@pytest.mark.parametrize("weights_only", [True, False])
-def test_files_naming_the_earlier_module_path_load(tmp_path, weights_only):
-    d = ScalarTensor(3, 2.5, dtype=torch.float64)
-    path = tmp_path / "d.pt"
-    torch.save({"d": d}, path)
-    data = path.read_bytes()
-    new, old = b"tensortools.types.scalar.tensor", b"tensortools.types.scalar_tensor"
-    assert new in data
-    # the same file as an earlier version wrote it (a zip: the pickle stored uncompressed,
-    # so only the module name changes; its length is the same)
-    assert len(new) == len(old)
-    path.write_bytes(data.replace(new, old))
-    back = torch.load(path, weights_only=weights_only)["d"]
-    assert type(back) is ScalarTensor and back.N == 3 and torch.equal(back._pair, d._pair)

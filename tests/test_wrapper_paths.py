@@ -22,7 +22,8 @@ from torch.utils._pytree import tree_flatten, tree_map_only
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs, coverage
 from tensortools.coverage.samples import UNDEFINED_VALUES, op_db
-from tensortools.dispatch import TensorWrapper, WrapperPath
+from tensortools.dispatch import TensorWrapper
+from tensortools.dispatch.wrapper import WrapperPath
 
 pytest.importorskip("expecttest", reason="op_db needs the expecttest package")
 

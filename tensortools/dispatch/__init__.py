@@ -30,13 +30,7 @@ first result that is not ``NotImplemented`` wins.
 
 from tensortools.dispatch.table import POLICIES, TorchFunctionTable, aliases_of
 from tensortools.dispatch.tensor_like import CannotHoldResult, TensorLike, TensorMethod
-from tensortools.dispatch.wrapper import (  # noqa: F401
-    NO_WRAP,
-    TensorWrapper,
-    WrapperPath,
-    WrapperRecord,
-    wrap_outputs,
-)
+from tensortools.dispatch.wrapper import TensorWrapper
 
 __all__ = [
     "POLICIES",

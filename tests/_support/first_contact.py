@@ -52,6 +52,11 @@ import tensortools.reference
 import tensortools.types
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs, ops
 
+# The public surface imports whole with torch alone (the tools are not in __all__).
+star: dict = {}
+exec("from tensortools import *", star)
+assert set(tensortools.__all__) <= set(star), set(tensortools.__all__) - set(star)
+
 d = ScalarTensor(3, 2.0)
 assert torch.equal(d @ torch.ones(3, 2), torch.full((3, 2), 2.0))
 m = MetadataTensor(torch.ones(2), {"id": 1})

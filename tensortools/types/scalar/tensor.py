@@ -236,7 +236,7 @@ class ScalarTensor(TensorLike):
         pair = state.get("_pair") if isinstance(state, dict) else None
         ok = (
             isinstance(state, dict)
-            and set(state) in ({"N", "_pair"}, {"N", "_pair", "_shown"})
+            and set(state) == {"N", "_pair"}
             and type(state["N"]) is int
             and state["N"] >= 0
             and type(pair) is Tensor
@@ -246,12 +246,7 @@ class ScalarTensor(TensorLike):
             and pair.shape == (2,)
             and pair.is_contiguous()
             and bool(pair[1] == 0)
-            and type(state.get("_shown")) in (type(None), bool, int, float, complex)
         )
-        if ok and state.get("_shown") is not None:  # (files of an earlier layout)
-            stored = pair[0].cpu()
-            shown = torch.tensor(state["_shown"], dtype=pair.dtype)
-            ok = bool(shown.eq(stored) | (shown.isnan() & stored.isnan()))
         if not ok:
             raise pickle.UnpicklingError(
                 "ScalarTensor: invalid saved state; expected N (an int >= 0), _pair (a "
@@ -317,11 +312,8 @@ def _register_with_dynamo() -> None:
     )
 
 
-# torch.load(weights_only=True) may rebuild ScalarTensors once tensortools is imported,
-# also from files that name the module earlier versions defined it in.
-torch.serialization.add_safe_globals(
-    [ScalarTensor, (ScalarTensor, "tensortools.types.scalar_tensor.ScalarTensor")]
-)
+# torch.load(weights_only=True) may rebuild ScalarTensors once tensortools is imported.
+torch.serialization.add_safe_globals([ScalarTensor])
 
 
 def _square_floating_matrix(cls, input, args, kwargs):
