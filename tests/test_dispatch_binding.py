@@ -2,10 +2,13 @@
 torch's names and NumPy aliases, older overloads left to the policy), for every handled
 function of every type and for a user's type."""
 
+import inspect
 import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch.utils._pytree import tree_map_only
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, testing
 from tensortools.dispatch import TensorWrapper, TorchFunctionTable
@@ -294,3 +297,222 @@ def test_the_kit_finds_a_type_that_drops_keywords():
     )
     failing = {(f.check, f.function) for f in report.failures}
     assert failing == {("binding", "linalg.vector_norm")}
+
+
+# -- calls as torch passes them (issue 48: flip(0, 1), grad, norm, softmax, std) -------
+
+
+class Masked(TensorWrapper):
+    """An image with a mask that must move with it (the rule a new type writes)."""
+
+    policy = "strict"
+
+
+def _masked(values, mask):
+    m = Masked._make(values)
+    m.mask = mask
+    return m
+
+
+def _moves_mask(func):
+    @Masked.implements(func)
+    def handler(input, dims):  # (torch's parameter names)
+        plain = input.as_subclass(torch.Tensor)
+        return _masked(func(plain, dims), func(input.mask, dims))
+
+    return handler
+
+
+for _func in (torch.flip, torch.permute, torch.reshape, torch.Tensor.view, torch.Tensor.repeat):
+    _moves_mask(_func)
+
+
+@Masked.implements(torch.Tensor.expand)
+def _expand(input, size, *, implicit=False):
+    plain = input.as_subclass(torch.Tensor)
+    return _masked(plain.expand(size), input.mask.expand(size))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: x.flip(0, 1),
+        lambda x: x.flip(-1),
+        lambda x: x.flip((0, 2)),
+        lambda x: x.flip(dims=[1]),
+        lambda x: torch.flip(x, [0, 1]),
+        lambda x: x.permute(2, 0, 1),
+        lambda x: x.permute(dims=(2, 0, 1)),
+        lambda x: x.reshape(6, 4),
+        lambda x: x.reshape(-1),
+        lambda x: x.reshape((4, 6)),
+        lambda x: torch.reshape(x, (24,)),
+        lambda x: x.view(6, 4),
+        lambda x: x.view(-1),
+        lambda x: x.view(size=(4, 6)),
+        lambda x: x.repeat(1, 2, 1),
+        lambda x: x.repeat((2, 1, 1)),
+        lambda x: x.expand(5, 2, 3, 4),
+        lambda x: x.expand(5, -1, -1, -1),
+        lambda x: x.expand((5, 2, 3, 4)),
+    ],
+)
+def test_every_spelling_reaches_a_handler_in_torchs_form(call):
+    """Sizes and dims spread out (x.flip(0, 1), x.view(6, 4)) or a lone int (x.flip(-1))
+    reach a handler written with torch's names as the tuple torch binds: the mask moves
+    with the image, as the plain call moves the image."""
+    image = torch.arange(24.0).reshape(2, 3, 4)
+    mask = image.remainder(3) == 0
+    got = call(_masked(image, mask))
+    assert type(got) is Masked
+    torch.testing.assert_close(got.as_subclass(torch.Tensor), call(image), rtol=0, atol=0)
+    torch.testing.assert_close(got.mask, call(mask), rtol=0, atol=0)
+
+
+def test_a_view_to_a_dtype_is_not_a_size():
+    x = _masked(torch.zeros(2, 4), torch.zeros(2, 4, dtype=torch.bool))
+    with pytest.raises(TypeError, match=_REFUSED):  # (strict: the handler takes sizes only)
+        x.view(torch.int32)
+
+
+def _recording(cls_name, func, handler_of):
+    seen = []
+    cls = type(cls_name, (TensorWrapper,), {"policy": "strict"})
+    cls.implements(func)(handler_of(seen))
+    return cls, seen
+
+
+def test_a_catch_all_handler_gets_the_call_as_torch_passed_it():
+    """torch.autograd.grad passes 2 positional arguments and 7 keywords (PyTorch's
+    test_overrides checks a handler of (*args, **kwargs) gets them so)."""
+
+    def catch_all(seen):
+        def handler(*args, **kwargs):
+            seen.append((len(args), sorted(kwargs)))
+            return torch.autograd.grad(*tree_map_only(Grad, _plain, args), **kwargs)
+
+        return handler
+
+    Grad, seen = _recording("Grad", torch.autograd.grad, catch_all)
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = (x * x).sum()
+    got = torch.autograd.grad(y.as_subclass(Grad), x, retain_graph=True)
+    torch.testing.assert_close(got[0], torch.autograd.grad(y, x)[0])
+    keywords = ["allow_unused", "create_graph", "grad_outputs", "is_grads_batched"]
+    keywords += ["materialize_grads", "only_inputs", "retain_graph"]
+    assert seen == [(2, keywords)]
+
+
+def test_a_method_reaches_the_handler_in_the_functions_form():
+    """Tensor.norm has dtype in position 4, torch.norm out: x.norm(dtype=...) and
+    x.norm(2, 0, False, torch.float64) reach a torch.norm handler's dtype."""
+
+    def norm(seen):
+        def handler(input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
+            seen.append((out, dtype))
+            plain = input.as_subclass(torch.Tensor)
+            return torch.norm(plain, p, dim, keepdim, out=out, dtype=dtype)
+
+        return handler
+
+    Norm, seen = _recording("Norm", torch.norm, norm)
+    t = torch.arange(6.0).reshape(2, 3)
+    for call in (
+        lambda x: x.norm(dtype=torch.float64),
+        lambda x: x.norm(2, 0, False, torch.float64),
+        lambda x: x.norm(2, dim=0, dtype=torch.float64),
+    ):
+        seen.clear()
+        got = call(t.as_subclass(Norm))
+        torch.testing.assert_close(got, call(t), rtol=0, atol=0)
+        assert got.dtype == torch.float64 and seen == [(None, torch.float64)]
+
+
+_SOFTMAX = (F.softmax, lambda input, dim: torch.softmax(input, dim))
+_NORMALIZE = (F.normalize, lambda input, p=2.0, dim=1: F.normalize(input, p, dim))
+
+
+@pytest.mark.parametrize(
+    "target, call, refused",
+    [
+        (_SOFTMAX, lambda x: F.softmax(x, 1), lambda x: F.softmax(x, 1, dtype=torch.float64)),
+        (_SOFTMAX, lambda x: torch.nn.Softmax(1)(x), None),  # (_stacklevel=5)
+        (_NORMALIZE, lambda x: F.normalize(x), lambda x: F.normalize(x, out=torch.empty(2, 3))),
+        (_NORMALIZE, lambda x: F.normalize(x, 1, 0), lambda x: F.normalize(x, eps=0.5)),
+    ],
+)
+def test_keywords_torch_adds_at_their_defaults_do_not_skip_the_handler(target, call, refused):
+    """F.softmax passes _stacklevel= (nn.Softmax: 5), F.normalize out=None and eps=1e-12,
+    whatever the caller wrote: a handler that names none of them still gets the call; one
+    given another value than torch's default does not (the policy decides)."""
+    func, handler = target
+
+    def of(seen):
+        def h(*args, **kwargs):
+            seen.append(args)
+            return handler(*map(_plain, args), **kwargs)
+
+        h.__signature__ = inspect.signature(handler)
+        return h
+
+    cls, calls = _recording("Defaults", func, of)
+    t = torch.arange(6.0).reshape(2, 3)
+    torch.testing.assert_close(call(t.as_subclass(cls)), call(t), rtol=0, atol=0)
+    assert len(calls) == 1
+    if refused is not None:
+        with pytest.raises(TypeError, match=_REFUSED):
+            refused(t.as_subclass(cls))
+
+
+@pytest.mark.parametrize(
+    "call, reaches",
+    [
+        (lambda x: torch.std(x, False), {"unbiased": False}),
+        (lambda x: x.std(False), {"unbiased": False}),
+        (lambda x: torch.std(x, 0), {"dim": 0}),
+        (lambda x: torch.std(x, [0, 1], True), {"dim": [0, 1], "unbiased": True}),
+        (lambda x: torch.std(x, dim=1, correction=0), {"dim": 1, "correction": 0}),
+    ],
+)
+def test_the_overload_torch_picks_decides_the_parameter(call, reaches):
+    """torch.std(x, False) is unbiased=False (torch's overload for a bool), not dim=False."""
+
+    def std(seen):
+        def handler(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+            given = {"dim": dim, "unbiased": unbiased, "correction": correction}
+            given = {k: v for k, v in given.items() if v is not None}
+            seen.append(dict(given))
+            if "unbiased" not in given or "dim" in given:
+                given["keepdim"] = keepdim
+            return torch.std(input.as_subclass(torch.Tensor), **given)
+
+        return handler
+
+    cls, seen = _recording("Std", torch.std, std)
+    t = torch.arange(6.0).reshape(2, 3)
+    torch.testing.assert_close(call(t.as_subclass(cls)), call(t), rtol=0, atol=0)
+    assert seen == [reaches]
+
+
+def test_a_positional_argument_of_another_overload_goes_by_name():
+    """torch.max(x, y) is max(x, other=y): a handler of (input, dim=None, keepdim=False)
+    does not get y as its dim (the policy answers)."""
+
+    def max_(seen):
+        def handler(input, dim=None, keepdim=False):
+            seen.append(dim)
+            return torch.max(input.as_subclass(torch.Tensor), dim, keepdim)
+
+        return handler
+
+    cls, seen = _recording("Max", torch.max, max_)
+    cls.policy = "fallback"
+    cls._on_settings_change()
+    t = torch.arange(6.0).reshape(2, 3)
+    x = t.as_subclass(cls)
+    with pytest.raises(TypeError, match=_REFUSED):
+        with cls.using_policy("strict"):
+            torch.max(x, t.flip(0))
+    assert not seen
+    torch.testing.assert_close(torch.max(x, 1).values, torch.max(t, 1).values, rtol=0, atol=0)
+    assert seen == [1]

@@ -2,100 +2,45 @@
 
 torch passes ``__torch_function__`` a call's arguments as the caller wrote them:
 ``torch.linalg.det(A=d)`` arrives with ``A`` as a keyword, ``torch.linalg.vector_norm(x=d)``
-with a NumPy-style alias of ``input``, ``torch.add(d, 2, t)`` in an older overload that
-torch still accepts. A handler names its parameters as it likes, so the table binds each
-call to the torch function's own parameters first (:func:`bind`): an argument that torch
-takes in position ``i`` reaches the handler's ``i``-th parameter, whatever name the caller
-used; a keyword-only argument reaches the handler by torch's name. A call the handler's
-signature cannot take (more positional arguments than it has parameters, a keyword it
-does not know, an argument given twice) is not the handler's: the table leaves it to the
-class's policy (the fallback runs it on plain tensors, where torch binds it itself).
+with a NumPy-style alias of ``input``, ``x.flip(0, 1)`` with the dims spread out,
+``F.softmax(d, 1)`` with ``_stacklevel=`` added. A handler is written for the function it
+is registered for and names its parameters as it likes, so the table binds each call to
+torch's own parameters first (:func:`bind`), with the form actually called (``x.norm``
+puts ``dtype`` where ``torch.norm`` has ``out``) and the overload torch picks
+(``torch.std(x, False)`` is ``unbiased=False``):
 
-torch's parameters come from its operator schemas (``torch._C._jit_get_schemas_for_operator``)
-for the functions written in C, from ``inspect.signature`` for those written in Python.
+- a list of ints that a method takes spread out arrives as one tuple (``x.flip(0, 1)``
+  and ``x.flip(-1)`` as ``flip(x, (0, 1))`` and ``flip(x, (-1,))``);
+- an argument reaches the handler's parameter of torch's name for it, else the handler's
+  parameter in torch's position (unless the handler gave that one another of torch's
+  names), else the handler's ``**kwargs`` by torch's name;
+- a positional argument that torch binds to another parameter than most of its overloads
+  put there (``torch.std(x, False)``, ``torch.max(x, y)``) arrives by torch's name;
+- a keyword the handler cannot take is left out where its value is torch's default
+  (``out=None``) or it is ``_stacklevel`` (which only places warnings);
+- a handler of ``(*args, **kwargs)`` alone gets the call as torch passed it (its spread
+  ints and another form's positions aside).
+
+A call the handler's signature still cannot take (more positional arguments than it has
+parameters, a keyword it does not know with a value that matters, an argument given
+twice) is not the handler's: the table leaves it to the class's policy (the fallback runs
+it on plain tensors, where torch binds it itself).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import types
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["HandlerShape", "argument", "bind", "torch_positions"]
+from tensortools.dispatch.signatures import ALIASES, Positions, accepts, torch_positions
 
-# The keyword aliases torch's argument parser accepts for functions written in C
-# (python_arg_parser.cpp: numpy_compatibility_arg_names).
-_ALIASES = {"axis": "dim", "keepdims": "keepdim", "x": "input", "a": "input", "x1": "input"}
-_ALIASES["x2"] = "other"
+__all__ = ["HandlerShape", "argument", "bind", "plain_up_to", "torch_positions"]
 
-
-class _Positions(NamedTuple):
-    #: torch's name of a parameter -> the position every overload gives it
-    index: Mapping[str, int]
-    #: every parameter name of every overload (an alias that is one is not an alias)
-    names: frozenset
-    #: whether torch's argument parser binds the call (the NumPy aliases apply)
-    parsed: bool
-
-
-_NONE = _Positions({}, frozenset(), False)
-
-
-@functools.cache
-def torch_positions(func: Callable) -> _Positions:
-    """The positional parameters of ``func`` as torch binds them, by name.
-
-    A name is listed only where every overload that takes it positionally gives it the same
-    position and none takes it by keyword only (``torch.std``'s ``unbiased`` is not: its
-    overloads differ). The first parameter of a ``Tensor`` method is the tensor itself and
-    has no name.
-    """
-    func = getattr(func, "method", func)  # (tensortools.dispatch.TensorMethod: the method)
-    if isinstance(func, types.FunctionType):
-        return _python_positions(func)
-    method = isinstance(func, types.MethodDescriptorType)
-    if not (method or isinstance(func, types.BuiltinFunctionType)):
-        return _NONE  # property getters, slot wrappers: no keywords
-    name = getattr(func, "__name__", "")
-    if not name or name.startswith("__"):
-        return _NONE  # (operators take their operands positionally)
-    try:
-        schemas = torch._C._jit_get_schemas_for_operator(f"aten::{name}")
-    except RuntimeError:
-        return _NONE
-    index: dict[str, int] = {}
-    refused: set[str] = set()
-    names: set[str] = set()
-    for schema in schemas:
-        if not any("Tensor" in str(a.type) for a in schema.arguments):
-            continue  # (TorchScript's overloads on numbers: not torch's Python ones)
-        for i, arg in enumerate(schema.arguments):
-            key = "input" if arg.name == "self" else arg.name
-            names.add(key)
-            if arg.kwarg_only or index.setdefault(key, i) != i:
-                refused.add(key)
-    for key in refused:
-        index.pop(key, None)
-    if method:  # (the tensor itself: t.add(input=...) is torch's TypeError)
-        index = {k: i for k, i in index.items() if i > 0}
-    return _Positions(index, frozenset(names), True)
-
-
-def _python_positions(func: Callable) -> _Positions:
-    try:
-        params = inspect.signature(func).parameters.values()
-    except (TypeError, ValueError):
-        return _NONE
-    index = {}
-    for i, p in enumerate(params):
-        if p.kind is not p.POSITIONAL_OR_KEYWORD:
-            break
-        index[p.name] = i
-    return _Positions(index, frozenset(p.name for p in params), False)
+_INF = float("inf")
 
 
 class HandlerShape(NamedTuple):
@@ -136,15 +81,49 @@ class HandlerShape(NamedTuple):
             more,
             keywords,
             inspect.Parameter.VAR_KEYWORD in kinds,
-            float("inf") if more else len(positional),
+            _INF if more else len(positional),
         )
+
+    @property
+    def takes_anything(self) -> bool:
+        """``(*args, **kwargs)`` alone: the call is passed on as torch passed it."""
+        return not self.positional and self.more_positional and self.more_keywords
+
+
+def plain_up_to(func: Callable, form: Callable, shape: HandlerShape | None) -> float:
+    """How many positional arguments a call of `func`, without keywords, may give and reach
+    the handler of `shape`, written for `form`, as they are (more go through :func:`bind`),
+    its ints spread out aside (``torch_positions(func).spread``)."""
+    positions = torch_positions(func)
+    limit = _INF if shape is None else shape.most_positional
+    moved = _translation(func, form)
+    if moved is not None:
+        limit = min(limit, moved[0])
+        positions = torch_positions(form)
+    if shape is not None and positions.ambiguous_from < len(shape.positional):
+        limit = min(limit, positions.ambiguous_from)
+    return limit
 
 
 def bind(
-    func: Callable, shape: HandlerShape, args: tuple, kwargs: dict
+    func: Callable, form: Callable, shape: HandlerShape | None, args: tuple, kwargs: dict
 ) -> tuple[tuple, dict] | None:
-    """The call ``func(*args, **kwargs)`` as the handler of signature `shape` takes it, or
-    None where the handler cannot take it (the policy then decides)."""
+    """The call ``func(*args, **kwargs)`` as the handler of signature `shape`, written for
+    the function `form` (func itself or the torch function whose method func is), takes
+    it, or None where the handler cannot take it (the policy then decides)."""
+    positions = torch_positions(func)
+    if positions.spread and len(args) > 3 - positions.spread and all(map(_is_int, args[1:])):
+        args = (args[0], args[1:])  # (x.flip(0, 1): torch's flip(x, (0, 1)))
+    moved = _translation(func, form)
+    if moved is not None:
+        args, kwargs = _as_form(moved, args, kwargs)
+        if args is None:
+            return None
+        func, positions = form, torch_positions(form)
+    if shape is None or shape.takes_anything:
+        return args, kwargs
+    if len(args) > positions.ambiguous_from < len(shape.positional):
+        args, kwargs = _resolve_overload(positions, shape, args, kwargs)
     given = len(args)
     if given > shape.most_positional:
         return None
@@ -155,10 +134,13 @@ def bind(
     if plan is _UNPLANNED:
         if len(_PLANS) > 4096:  # (a bound on memory: the combinations met are few)
             _PLANS.clear()
-        plan = _PLANS[key] = _plan(func, shape, given, tuple(kwargs))
+        plan = _PLANS[key] = _plan(positions, shape, given, tuple(kwargs))
     if plan is None:
         return None
-    appended, renamed = plan
+    appended, renamed, left_out = plan
+    for k, default in left_out:
+        if default is not _ANY and not _is_default(kwargs[k], default):
+            return None
     if appended:
         args = (*args, *[kwargs[k] for k in appended])
     return args, {to: kwargs[k] for k, to in renamed}
@@ -166,43 +148,129 @@ def bind(
 
 _PLANS: dict[tuple, Any] = {}
 _UNPLANNED = object()
+_NO_DEFAULT = object()
+_STACKLEVEL = "_stacklevel"
+_ANY = object()  # (any value of _stacklevel is left out)
 
 
-def _plan(func: Callable, shape: HandlerShape, given: int, keys: tuple) -> tuple | None:
+def _is_int(value: Any) -> bool:
+    return (type(value) is int) or isinstance(value, torch.SymInt)
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    return value is default or (
+        type(value) is type(default) and type(value) in (bool, int, float, str) and value == default
+    )
+
+
+def _plan(positions: Positions, shape: HandlerShape, given: int, keys: tuple) -> tuple | None:
     """How a call of `given` positional arguments and keyword arguments `keys` reaches the
     handler: (the keys appended as positional arguments, in order; (key, the handler's
-    name for it) for the rest), or None where it cannot."""
-    positions = torch_positions(func)
-    placed: dict[int, str] = {}  # torch's position -> the key that gives it
-    canonical: dict[str, str] = {}  # such a key -> torch's name of the parameter
+    name for it) for the rest; (key, torch's default) for the keys left out where they have
+    that value), or None where it cannot."""
+    own_names = {name: j for j, name in enumerate(shape.positional) if name}
+    slots: dict[int, str] = {}  # the handler's position -> the key that gives it
     renamed: list[tuple[str, str]] = []
+    left_out: list[tuple[str, Any]] = []
     for key in keys:
         name = key
-        if positions.parsed and key in _ALIASES and key not in positions.names:
-            name = _ALIASES[key]
+        if positions.parsed and key in ALIASES and key not in positions.names:
+            name = ALIASES[key]
+        j = own_names.get(name)
         i = positions.index.get(name)
-        if i is None:
+        if j is None and i is not None and i < len(shape.positional):
+            own = shape.positional[i]
+            if positions.layout[i] == name and not (own in positions.names and own != name):
+                j = i  # (a parameter the handler names its own way)
+        if j is not None:
+            if j < given or j in slots:
+                return None  # given twice: torch's own TypeError, from the fallback
+            slots[j] = key
+        elif shape.more_keywords or name in shape.keywords:
             renamed.append((key, name))
-        elif i < given or i in placed:
-            return None  # given twice: torch's own TypeError, from the fallback
+        elif key == _STACKLEVEL:
+            left_out.append((key, _ANY))
+        elif positions.defaults.get(name, _NO_DEFAULT) is not _NO_DEFAULT:
+            left_out.append((key, positions.defaults[name]))
         else:
-            placed[i], canonical[key] = key, name
+            return None
     appended: list[str] = []
-    for i in sorted(placed):
-        if i == given + len(appended) and i < shape.most_positional:
-            appended.append(placed[i])  # (next in line: positional, also into a *args)
-        elif i < len(shape.positional):
-            if not shape.positional[i]:
-                return None  # (positional-only: a gap before it cannot be left)
-            renamed.append((placed[i], shape.positional[i]))  # (after a gap: by name)
-        else:  # (after a gap, beyond the handler's named parameters: by torch's name)
-            renamed.append((placed[i], canonical[placed[i]]))
+    while given + len(appended) in slots:
+        appended.append(slots.pop(given + len(appended)))
+    for j, key in slots.items():  # (after a gap: by the handler's name)
+        if not shape.positional[j]:
+            return None  # (positional-only: a gap before it cannot be left)
+        renamed.append((key, shape.positional[j]))
     names = [to for _, to in renamed]
     if len(set(names)) < len(names) or set(names) & set(shape.positional[: given + len(appended)]):
         return None
-    if not (shape.more_keywords or set(names) <= shape.keywords):
+    return tuple(appended), tuple(renamed), tuple(left_out)
+
+
+def _resolve_overload(
+    positions: Positions, shape: HandlerShape, args: tuple, kwargs: dict
+) -> tuple[tuple, dict]:
+    """The positional arguments from the first position that torch's overloads name
+    differently on, by torch's name, where the overload torch takes for them (by their
+    types) names one otherwise than the handler does (by its name for the position where
+    that is one of torch's, else most overloads' name)."""
+    n = len(args)
+    matched = [
+        o
+        for o in positions.overloads
+        if len(o) >= n and all(accepts(kind, size, a) for (_, kind, size), a in zip(o, args))
+    ]
+    start = positions.ambiguous_from
+    if not matched or any(o[start:n] != matched[0][start:n] for o in matched):
+        return args, kwargs  # (none, or overloads that differ: as given)
+    first = None
+    for i in range(start, n):
+        name, own = matched[0][i][0], shape.positional[i] if i < len(shape.positional) else ""
+        torchs = {o[i][0] for o in positions.overloads if i < len(o)}
+        if name != (own if own in torchs else positions.layout[i]):
+            first = i
+            break
+    if first is None:
+        return args, kwargs
+    moved = {name: a for (name, _, _), a in zip(matched[0][first:n], args[first:])}
+    if set(moved) & set(kwargs):
+        return args, kwargs  # (given twice: torch's TypeError)
+    return args[:first], {**moved, **kwargs}
+
+
+@functools.cache
+def _translation(func: Callable, form: Callable) -> tuple | None:
+    """How a call of `func` (a Tensor method written in Python) becomes one of `form` (the
+    torch function it is an alias of) where their parameters differ: (the first position
+    they put another parameter in, each position's name in form, func's names -> form's),
+    or None where they agree."""
+    if func is form:
         return None
-    return tuple(appended), tuple(renamed)
+    f, g = torch_positions(func), torch_positions(form)
+    if len(f.layout) < 2 or len(g.layout) < 2 or f.parsed or g.parsed:
+        return None
+    rename = {}
+    for i, name in enumerate(f.layout[1:], 1):
+        if name not in g.names and i < len(g.layout) and g.layout[i] not in f.names:
+            rename[name] = g.layout[i]  # (Tensor.split's split_size)
+        else:
+            rename[name] = name
+    differs = [i for i, name in enumerate(f.layout[1:], 1) if g.index.get(rename[name]) != i]
+    if not differs and all(k == v for k, v in rename.items()):
+        return None
+    names = tuple(rename[name] for name in f.layout[1:])
+    return (differs[0] if differs else _INF), names, rename
+
+
+def _as_form(moved: tuple, args: tuple, kwargs: dict) -> tuple[Any, dict]:
+    first, names, rename = moved
+    keywords = {rename.get(k, k): v for k, v in kwargs.items()}
+    if len(args) > first:
+        extra = dict(zip(names[first - 1 :], args[first:]))
+        if len(extra) < len(args) - first or set(extra) & set(keywords):
+            return None, kwargs  # (more than func takes, or given twice: torch's TypeError)
+        args, keywords = args[:first], {**extra, **keywords}
+    return args, keywords
 
 
 def argument(
@@ -214,8 +282,8 @@ def argument(
         return args[position]
     positions = torch_positions(func)
     for key, value in kwargs.items():
-        if positions.parsed and key in _ALIASES and key not in positions.names:
-            key = _ALIASES[key]
+        if positions.parsed and key in ALIASES and key not in positions.names:
+            key = ALIASES[key]
         if positions.index.get(key) == position:
             return value
     return default

@@ -13,7 +13,7 @@ from torch import Tensor
 from torch.overrides import _is_torch_function_mode_enabled
 
 from tensortools._settings import OVERRIDES, ClassSetting
-from tensortools.dispatch.binding import HandlerShape, bind
+from tensortools.dispatch.binding import HandlerShape, bind, plain_up_to, torch_positions
 
 __all__ = ["POLICIES", "TorchFunctionTable", "aliases_of"]
 
@@ -121,9 +121,13 @@ class TorchFunctionTable:
     # that __torch_function__ reads; the view is rebuilt on every registration.
     _own_handlers: ClassVar[dict[Callable, Callable]] = {}
     _handlers: ClassVar[dict[Callable, Callable]] = {}
-    # func -> (handler, how many positional arguments it takes, its HandlerShape): what
-    # __torch_function__ reads, so that a call whose arguments the handler takes as they
-    # are costs one lookup (tensortools.dispatch.binding binds the others)
+    # func -> the function its handler was registered for (torch.norm for Tensor.norm)
+    _own_forms: ClassVar[dict[Callable, Callable]] = {}
+    # func -> (handler, how many positional arguments reach it as they are, its
+    # HandlerShape, func, the function it was registered for, whether func takes its ints
+    # spread out): what __torch_function__ reads, so that a call whose arguments the
+    # handler takes as they are costs one lookup (tensortools.dispatch.binding binds the
+    # others)
     _calls: ClassVar[dict[Callable, tuple]] = {}
     _registry_lock: ClassVar[threading.RLock] = threading.RLock()
 
@@ -134,17 +138,21 @@ class TorchFunctionTable:
             _check_policy(cls, declared)
         with cls._registry_lock:  # a parent may be registering in another thread
             cls._own_handlers = {}
+            cls._own_forms = {}
             cls._rebuild_handlers()
 
     @classmethod
     def _rebuild_handlers(cls) -> None:
         merged: dict[Callable, Callable] = {}
+        forms: dict[Callable, Callable] = {}
         for klass in reversed(cls.__mro__):
             merged.update(klass.__dict__.get("_own_handlers", {}))
+            forms.update(klass.__dict__.get("_own_forms", {}))
         calls = {}
         for func, handler in merged.items():
-            shape = _shape_of(handler)
-            calls[func] = (handler, float("inf") if shape is None else shape.most_positional, shape)
+            shape, form = _shape_of(handler), forms.get(func, func)
+            spread = bool(torch_positions(func).spread)
+            calls[func] = (handler, plain_up_to(func, form, shape), shape, func, form, spread)
         cls._calls = calls
         cls._handlers = merged  # replaced whole, so readers never see a half-built table
         cls._on_table_change()
@@ -167,15 +175,17 @@ class TorchFunctionTable:
     def implements(cls, *funcs: Callable, aliases: bool = True) -> Callable[[Callable], Callable]:
         """Decorator: register the handler for ``funcs`` (and their aliases) on ``cls``.
 
-        The handler is called with the call bound to the torch function's own signature
-        (:mod:`tensortools.dispatch.binding`): what torch takes in position ``i`` reaches
-        the handler's ``i``-th parameter, whether the caller passed it by position, by
-        torch's name or by a NumPy-style alias (``torch.linalg.det(A=d)``,
-        ``vector_norm(x=d)``, ``sum(d, axis=0)``); keyword-only arguments (``out``,
-        ``dtype``, ``alpha``) arrive by torch's name. A call the handler's signature
+        The handler is called with the call bound as torch binds it, in the form of the
+        function it is registered for (:mod:`tensortools.dispatch.binding`): an argument
+        reaches the handler's parameter of torch's name for it, else the one in torch's
+        position, whether the caller passed it by position, by torch's name or by a
+        NumPy-style alias (``torch.linalg.det(A=d)``, ``sum(d, axis=0)``); sizes a method
+        takes spread out arrive as one tuple (``d.flip(0, 1)``); keyword-only arguments
+        (``out``, ``dtype``, ``alpha``) arrive by torch's name; a handler of ``(*args,
+        **kwargs)`` gets the call as torch passed it. A call the handler's signature
         cannot take (an older overload such as ``torch.add(d, 2, t)``, a keyword it does
-        not declare) goes to the policy, as does a call for which it returns
-        ``NotImplemented``.
+        not declare, unless at torch's default) goes to the policy, as does a call for
+        which it returns ``NotImplemented``.
         """
         if not funcs:
             raise TypeError(f"{cls.__name__}.implements() needs at least one function")
@@ -187,11 +197,13 @@ class TorchFunctionTable:
             with cls._registry_lock:
                 for func in funcs:
                     cls._own_handlers[func] = handler
+                    cls._own_forms[func] = func
                     if aliases:
                         for alias, reflected in aliases_of(func):
                             cls._own_handlers[alias] = (
                                 _swap_operands(handler) if reflected else handler
                             )
+                            cls._own_forms[alias] = func
                 cls._rebuild_handlers()
             return handler
 
@@ -252,9 +264,13 @@ class TorchFunctionTable:
                     return result
         call = cls._calls.get(func)
         if call is not None:
-            handler, most_positional, shape = call
-            if kwargs or len(args) > most_positional:
-                bound = bind(func, shape, args, kwargs) if shape is not None else (args, kwargs)
+            handler, as_they_are, shape, key, form, spread = call
+            if (
+                kwargs
+                or len(args) > as_they_are
+                or (spread and len(args) > 1 and not isinstance(args[1], (tuple, list)))
+            ):
+                bound = bind(key, form, shape, args, kwargs)
             else:
                 bound = args, kwargs
             if bound is not None:
