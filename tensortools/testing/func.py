@@ -58,15 +58,18 @@ def check_func(run: Run, s: Sample) -> None:
     def plain_fn(v: Tensor) -> Any:
         return run.want(s.info.op, (v, plain_args, plain_kwargs))
 
+    def differentiable(result: Any) -> list[Tensor]:
+        # (dense, as run.plain gives every result: a sparse one's weight would be sparse)
+        return [t for t in result_tensors(run.plain(result)) if t.is_floating_point()]
+
     try:
-        outs = [t for t in result_tensors(seeded(lambda: plain_fn(p))) if t.is_floating_point()]
+        weights = [torch.randn_like(t) for t in differentiable(seeded(lambda: plain_fn(p)))]
     except Exception:
         return
-    weights = [torch.randn_like(t) for t in outs]
 
     def loss(fn: Callable[[Any], Any]) -> Callable[[Any], Tensor]:
         def value(v: Any) -> Tensor:
-            got = [t for t in result_tensors(run.plain(fn(v))) if t.is_floating_point()]
+            got = differentiable(fn(v))
             return sum(((t * w).sum() for t, w in zip(got, weights)), p.new_zeros(()))
 
         return value
