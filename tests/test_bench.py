@@ -122,6 +122,62 @@ def test_an_interrupted_recurrent_run_keeps_the_cases_it_finished():
     assert len(rows) == 8 and {r.kind for r in rows} == {"sequence"}
 
 
+def test_per_sample_rows_time_both_methods_on_both_layers():
+    from tensortools.bench.per_sample import format_per_sample_table, per_sample_rows
+
+    rows = per_sample_rows([(3, 4, 5)], [2], min_run_time=0.01, rounds=1)
+    assert {(r.layer, r.method) for r in rows} == {
+        (layer, method) for layer in ("LLTM", "LSTM") for method in ("vmap(grad)", "loop")
+    }
+    for r in rows:  # (on the CPU torch runs the LSTM under vmap: a loop, with a warning)
+        assert r.median_us > 0 and r.runs > 0, r
+    table = format_per_sample_table(rows).splitlines()
+    # each layer's loop against itself, and nn.LSTM against itself by each method
+    assert sum(line.count("1.00x") for line in table[1 : 1 + len(rows)]) == 4
+    assert table[1 + len(rows)].startswith("time ratio:")
+
+
+# nn.LSTM in float32: in float64 torch's CPU LSTM raises under vmap(grad) (torch 2.13:
+# "output with shape [1, 20] doesn't match the broadcast shape [3, 1, 20]"; in float32 its
+# oneDNN kernel runs through the batching fallback).
+@pytest.mark.parametrize(
+    "layer, dtype, tol", [("LLTM", torch.float64, 1e-10), ("LSTM", torch.float32, 1e-5)]
+)
+def test_per_sample_gradients_by_vmap_equal_the_loop(layer, dtype, tol):
+    # a small size: vmap(grad) gives each sample's own gradient, as the loop does
+    from tensortools.bench.per_sample import _layer, per_sample_grads
+
+    module = _layer(layer, 4, 5, {"dtype": dtype, "device": "cpu"})
+    samples = torch.randn(3, 6, 4, dtype=dtype)
+    got = per_sample_grads(module, samples, "vmap(grad)")
+    want = per_sample_grads(module, samples, "loop")
+    assert got.keys() == want.keys() == dict(module.named_parameters()).keys()
+    for k in want:
+        assert got[k].shape == (3, *module.get_parameter(k).shape)
+        torch.testing.assert_close(got[k], want[k], rtol=tol, atol=tol)
+    # and the samples' gradients differ (a batch's gradient repeated would not)
+    assert not torch.allclose(want[k][0], want[k][1])
+
+
+def test_a_method_that_raises_stands_in_its_row(monkeypatch):
+    from tensortools.bench import per_sample
+
+    real = per_sample.per_sample_grads
+
+    def refusing(module, samples, method):
+        if isinstance(module, torch.nn.LSTM) and method == "vmap(grad)":
+            raise RuntimeError("no batching rule\nmore")
+        return real(module, samples, method)
+
+    monkeypatch.setattr(per_sample, "per_sample_grads", refusing)
+    rows = per_sample.per_sample_rows([(2, 3, 4)], [2], min_run_time=0.01, rounds=1)
+    (raised,) = [r for r in rows if r.median_us is None]
+    assert (raised.layer, raised.method) == ("LSTM", "vmap(grad)")
+    assert raised.note == "RuntimeError: no batching rule"
+    line = next(x for x in per_sample.format_per_sample_table(rows).splitlines() if "raised" in x)
+    assert "LSTM" in line and "no batching rule" in line
+
+
 def test_kernel_count_leaves_out_views_and_nested_calls():
     x = torch.randn(4, 4)
     assert bench.kernel_count(lambda: x.t().contiguous()) == 1  # the copy only

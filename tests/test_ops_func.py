@@ -53,6 +53,13 @@ CASES = {
     ),
     "scale": (ops.scale, lambda x, v: v * x, [(3, 4), ()], (0, None)),
     "scale_value": (ops.scale, lambda x, v: v * x, [(3, 4), ()], (None, 0)),
+    # (the product ScalarTensor's multiplications run; all_finite has no derivative)
+    "scale_finite": (
+        lambda x, v: torch.ops.tensortools.scale_finite(x, v)[0],
+        lambda x, v: v * x,
+        [(3, 4), ()],
+        (0, None),
+    ),
     "add_diagonal": (ops.add_diagonal, _eye_plus, [(3, 3), ()], (0, None)),
     "add_diagonal_value": (ops.add_diagonal, _eye_plus, [(2, 3, 3), ()], (1, 0)),
     "lltm": (
@@ -244,7 +251,10 @@ def test_second_order(name):
         _leaves(func.hessian(loss, argnums=argnums)(*args)),
         _leaves(func.hessian(ref_loss, argnums=argnums)(*args)),
     )
-    assert torch.autograd.gradgradcheck(loss, tuple(a.requires_grad_() for a in args))
+    # reverse over reverse and forward over reverse (the tangent of the gradient)
+    assert torch.autograd.gradgradcheck(
+        loss, tuple(a.requires_grad_() for a in args), check_fwd_over_rev=True
+    )
 
 
 @pytest.mark.parametrize("name", _marked(CASES, {"conv_bn2d_train", "conv_bn2d_eval"}))

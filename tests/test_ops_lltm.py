@@ -504,6 +504,7 @@ class TestSamples(OperatorTests):
     }
     # The LLTM's kernels take the half types on the CPU too (computing in float32).
     dtypes = dict.fromkeys(references, dict.fromkeys(("cpu", "cuda"), FLOATING["cuda"]))
+    no_derivative = {"lltm_backward": r"tensortools\.ops\.lltm does not support double backward"}
 
 
 sample_inputs = TestSamples.sample_inputs

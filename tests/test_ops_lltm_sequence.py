@@ -653,6 +653,13 @@ class TestSamples(OperatorTests):
     tolerance = 16.0  # errors grow along the recurrence
     # The LLTM's kernels take the half types on the CPU too (computing in float32).
     dtypes = dict.fromkeys(references, dict.fromkeys(("cpu", "cuda"), FLOATING["cuda"]))
+    no_derivative = {
+        "lltm_sequence_backward": (
+            r"tensortools\.ops\.lltm_sequence does not support double backward"
+        ),
+        # torch's own refusals, for an operator without an autograd formula
+        "lltm_sequence_inference": "tensortools::lltm_sequence_inference",
+    }
 
 
 sample_inputs = TestSamples.sample_inputs

@@ -32,6 +32,12 @@ from tensortools.bench import (
     sequence_rows,
 )
 from tensortools.bench.peers import format_peer_table, peer_rows
+from tensortools.bench.per_sample import (
+    PER_SAMPLE_SIZES,
+    PER_SAMPLE_STEPS,
+    format_per_sample_table,
+    per_sample_rows,
+)
 from tensortools.bench.recurrent import (
     RECURRENT_SIZES,
     RECURRENT_STEPS,
@@ -147,6 +153,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--recurrent-only", action="store_true", help="time only the rows of --recurrent"
     )
+    parser.add_argument(
+        "--per-sample",
+        action="store_true",
+        help="also time per-sample gradients, vmap(grad) against a loop over samples, of "
+        "nn.LLTMSequence and torch.nn.LSTM (--size N/F/S and --steps pick the cases; default: "
+        + ", ".join("/".join(map(str, s)) for s in PER_SAMPLE_SIZES)
+        + f", T={', '.join(map(str, PER_SAMPLE_STEPS))})",
+    )
+    parser.add_argument(
+        "--per-sample-only", action="store_true", help="time only the rows of --per-sample"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument(
         "--plot", metavar="PATH", help="also draw the results (PNG, SVG or PDF; needs matplotlib)"
@@ -164,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         args.no_scalar = args.no_dispatch = True
     if args.recurrent_only:
         args.recurrent = args.no_lltm = args.no_sequence = args.no_conv_bn = True
+        args.no_scalar = args.no_dispatch = True
+    if args.per_sample_only:
+        args.per_sample = args.no_lltm = args.no_sequence = args.no_conv_bn = True
         args.no_scalar = args.no_dispatch = True
 
     machine = machine_summary()
@@ -267,6 +287,20 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             signal.signal(signal.SIGTERM, previous)
         print(format_recurrent_table(results["recurrent"]))
+    if args.per_sample:
+        print(f"\nPer-sample gradients: vmap(grad) against a loop over samples ({args.device})")
+        results["per_sample"] = []
+        for name in dtypes:
+            results["per_sample"] += per_sample_rows(
+                args.size or PER_SAMPLE_SIZES,
+                args.steps or PER_SAMPLE_STEPS,
+                dtype=getattr(torch, name),
+                device=args.device,
+                min_run_time=args.min_run_time,
+                rounds=args.rounds,
+                progress=progress,
+            )
+        print(format_per_sample_table(results["per_sample"]))
     if args.peers:
         print("\nMetadataTensor beside MONAI's MetaTensor (float32, CPU)")
         results["peers"] = peer_rows(min_run_time=args.min_run_time, rounds=args.rounds)

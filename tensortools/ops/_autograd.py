@@ -82,6 +82,23 @@ def loop_vmap(op: torch._ops.OpOverload) -> Callable[..., Any]:
     return rule
 
 
+def loop_or_fold(
+    op: torch._ops.OpOverload, looped: Sequence[int], fold: Callable[..., Any]
+) -> Callable[..., Any]:
+    """A batching rule that loops over the samples (:func:`loop_vmap`) where an argument
+    at a position of `looped` is vmapped (each sample has its own parameters, or its own
+    number), and otherwise calls ``fold(info, in_dims, *args)``, which folds the vmapped
+    dim into the batch the kernels take."""
+    loop = loop_vmap(op)
+
+    def rule(info: Any, in_dims: tuple[int | None, ...], *args: Any) -> Any:
+        if any(in_dims[i] is not None for i in looped):
+            return loop(info, in_dims, *args)
+        return fold(info, in_dims, *args)
+
+    return rule
+
+
 def register(
     qualname: str,
     *,
@@ -111,6 +128,18 @@ def register(
 
     def setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         setup_context(ctx, inputs[:-1], output)
+        # A tangent formula's None for a differentiable output means zero; torch would set
+        # it as that output's tangent unchecked (an internal assert), so jvp_ makes it a
+        # zero tensor of the output's kind, kept here (not the output itself).
+        skip = {id(t) for t in getattr(ctx, "non_differentiable", None) or ()}
+        ctx.tangent_shapes = tuple(
+            (o.shape, o.dtype, o.device)
+            if isinstance(o, Tensor)
+            and id(o) not in skip
+            and (o.is_floating_point() or o.is_complex())
+            else None
+            for o in (output if isinstance(output, tuple) else (output,))
+        )
 
     def backward_(ctx: Any, *grads: Any) -> Any:
         needs_input_grad = ctx.needs_input_grad
@@ -122,7 +151,13 @@ def register(
         return (*result, None) if isinstance(result, tuple) else (result, None)
 
     def jvp_(ctx: Any, *tangents: Any) -> Any:
-        return jvp(ctx, *tangents[:-1])
+        result = jvp(ctx, *tangents[:-1])
+        single = not isinstance(result, tuple)
+        filled = tuple(
+            torch.zeros(like[0], dtype=like[1], device=like[2]) if t is None and like else t
+            for t, like in zip((result,) if single else result, ctx.tangent_shapes)
+        )
+        return filled[0] if single else filled
 
     # A single-level Function: the Autograd kernel runs inside one level of a torch.func
     # transform (its tensors are that level's), where the Function applies as it would

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd import forward_ad
 from torch.overrides import handle_torch_function, has_torch_function
 
 from tensortools.ops._autograd import _LIB, loop_vmap, no_second_order, register
@@ -196,6 +197,29 @@ register(
     jvp=no_second_order("fused_conv_bn2d"),
     vmap=loop_vmap(torch.ops.tensortools.conv_bn2d_backward.default),
 )
+
+
+def _update_stats_autograd(keyset, *args):
+    # The running statistics are buffers, updated as batch_norm updates them: without a
+    # derivative. torch's fallback would leave the update out of the graph silently
+    # (gradients and tangents of zero); a derivative asked for is refused instead.
+    tensors = [a for a in args if isinstance(a, Tensor)]
+    if (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)) or (
+        forward_ad._current_level >= 0
+        and any(forward_ad.unpack_dual(t).tangent is not None for t in tensors)
+    ):
+        raise RuntimeError(
+            "tensortools.ops.fused_conv_bn2d: conv_bn2d_update_stats updates the running "
+            "statistics in place and has no derivative; call it under torch.no_grad() with "
+            "detached tensors, as fused_conv_bn2d does"
+        )
+    with torch._C._AutoDispatchBelowAutograd():
+        return torch.ops.tensortools.conv_bn2d_update_stats.default.redispatch(
+            keyset & torch._C._after_autograd_keyset, *args
+        )
+
+
+_LIB.impl("conv_bn2d_update_stats", _update_stats_autograd, "Autograd", with_keyset=True)
 # Inference is a composition of ATen operators (CompositeImplicitAutograd): autograd and
 # tangents come from them; only vmap needs a rule.
 torch.library.register_vmap("tensortools::conv_bn2d_eval", _conv_bn2d_eval_vmap, lib=_LIB)

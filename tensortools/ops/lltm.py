@@ -9,7 +9,14 @@ import torch
 from torch import Tensor
 from torch.overrides import handle_torch_function, has_torch_function
 
-from tensortools.ops._autograd import _LIB, loop_vmap, no_second_order, register, wants_autograd
+from tensortools.ops._autograd import (
+    _LIB,
+    loop_or_fold,
+    loop_vmap,
+    no_second_order,
+    register,
+    wants_autograd,
+)
 from tensortools.ops._checks import check_tensors
 
 __all__ = ["lltm", "lltm_sequence"]
@@ -147,12 +154,8 @@ def _fold_rows(t, d, size):
     return t.reshape(-1, t.shape[-1])
 
 
-def _lltm_vmap(info, in_dims, input, weights, bias, old_h, old_cell):
-    # Samples are more rows of the cell's batch, unless each has its own parameters.
-    if in_dims[1] is not None or in_dims[2] is not None:
-        return loop_vmap(torch.ops.tensortools.lltm_forward.default)(
-            info, in_dims, input, weights, bias, old_h, old_cell
-        )
+def _lltm_fold(info, in_dims, input, weights, bias, old_h, old_cell):
+    # Samples are more rows of the cell's batch (unless each has its own parameters).
     V, B = info.batch_size, old_h.shape[-2]
     input_dim, _, _, old_h_dim, old_cell_dim = in_dims
     input, old_h = _fold_rows(input, input_dim, V), _fold_rows(old_h, old_h_dim, V)
@@ -209,11 +212,8 @@ def _lltm_sequence_jvp(ctx, t_input, t_weights, t_bias, t_h0, t_c0):
 def _sequence_vmap(op):
     """Samples are more sequences of the batch (dim 1 of the input), unless each has its
     own parameters (a loop)."""
-    loop = loop_vmap(op)
 
-    def rule(info, in_dims, input, weights, bias, h0, c0):
-        if in_dims[1] is not None or in_dims[2] is not None:
-            return loop(info, in_dims, input, weights, bias, h0, c0)
+    def fold(info, in_dims, input, weights, bias, h0, c0):
         V, B = info.batch_size, h0.shape[-2]
         input = (
             input.expand(V, *input.shape) if in_dims[0] is None else input.movedim(in_dims[0], 0)
@@ -225,7 +225,7 @@ def _sequence_vmap(op):
         dims = tuple(1 if o.dim() == 3 else 0 for o in out)
         return tuple(o.unflatten(d, (V, B)) for o, d in zip(out, dims)), dims
 
-    return rule
+    return loop_or_fold(op, (1, 2), fold)
 
 
 register(
@@ -233,7 +233,7 @@ register(
     setup_context=_lltm_setup,
     backward=_lltm_backward,
     jvp=_lltm_jvp,
-    vmap=_lltm_vmap,
+    vmap=loop_or_fold(torch.ops.tensortools.lltm_forward.default, (1, 2), _lltm_fold),
 )
 register(
     "tensortools::lltm_backward",

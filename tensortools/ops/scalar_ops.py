@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 from torch.overrides import handle_torch_function, has_torch_function
 
-from tensortools.ops._autograd import loop_vmap, register, save
+from tensortools.ops._autograd import loop_or_fold, loop_vmap, register, save
 from tensortools.ops._checks import check_tensors
 
 __all__ = ["add_diagonal", "scale"]
@@ -127,14 +127,11 @@ def _scale_finite_jvp(ctx, tangent_input, tangent_value):
 def _elementwise_vmap(op):
     """The vmapped dim of ``input`` is one more batch dim to these kernels; a vmapped
     ``value`` (a number per sample) takes a loop."""
-    loop = loop_vmap(op)
 
-    def rule(info, in_dims, input, value):
-        if in_dims[1] is not None:
-            return loop(info, in_dims, input, value)
+    def fold(info, in_dims, input, value):
         return op(input.movedim(in_dims[0], 0), value), 0
 
-    return rule
+    return loop_or_fold(op, (1,), fold)
 
 
 register(

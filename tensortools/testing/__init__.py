@@ -27,6 +27,7 @@ from tensortools.testing.aliases import check_aliases
 from tensortools.testing.autograd import check_autograd
 from tensortools.testing.binding import check_binding
 from tensortools.testing.compiled import check_compile
+from tensortools.testing.func import check_func
 from tensortools.testing.layouts import check_layouts
 from tensortools.testing.leaks import check_leaks
 from tensortools.testing.modules import check_modules
@@ -60,6 +61,7 @@ CHECKS = (
     "aliases",
     "binding",
     "autograd",
+    "func",
     "serialization",
     "leaks",
     "threads",
@@ -228,6 +230,7 @@ def check_type(
                 lambda: check_autograd(run, s, gradcheck=k < gradcheck_samples),
                 "autograd" in checks,
             ),
+            ("func", lambda: check_func(run, s), "func" in checks),
             (
                 "serialization",
                 lambda: _with_safe_globals(safe_globals, lambda: check_serialization(run, s)),

@@ -17,6 +17,8 @@ import pytest
 import torch
 from conftest import DEVICES
 
+from _support import tiers
+
 T = torch.ops.tensortools
 D = torch.float64
 LAYOUTS = ["contiguous", "transposed", "channels_last", "expanded", "empty"]
@@ -123,7 +125,10 @@ class OperatorTests:
     - ``numbers``: raw operator name -> positions of 0-d tensors it reads as numbers;
     - ``tolerance``: the factor on TOLERANCE for its results (errors grow with depth);
     - ``nondet_tol``: device type -> gradcheck's tolerance between two backward calls,
-      where a library the kernels call does not sum in a fixed order (default 0).
+      where a library the kernels call does not sum in a fixed order (default 0);
+    - ``no_derivative``: raw operator name -> the error (a regex, naming the operator)
+      differentiating it raises, in reverse and forward mode, for the operators no sample
+      differentiates (backward kernels, in-place updates, inference-only forms).
     """
 
     builders: dict[str, Callable] = {}
@@ -132,6 +137,7 @@ class OperatorTests:
     numbers: dict[str, tuple[int, ...]] = {}
     tolerance: float = 4.0
     nondet_tol: dict[str, float] = {}
+    no_derivative: dict[str, str] = {}
 
     @classmethod
     def sample_inputs(
@@ -206,13 +212,10 @@ class OperatorTests:
                 what = f"{s.op} ({s.layout}) gradient of argument {i}"
                 assert_close_to_reference(g, w, D, self.tolerance, what)
 
-    @pytest.mark.slow
-    @pytest.mark.parametrize("device", DEVICES)
-    def test_gradcheck(self, device):
-        """gradcheck in full on contiguous samples, in its fast mode (one random
-        projection) on the other layouts it can perturb (an expanded tensor's elements
-        share memory)."""
-        layouts = [layout for layout in LAYOUTS if layout != "expanded"]
+    def _differentiated(self, device, layouts):
+        """The float64 samples with an argument requiring grad, each with a function of
+        its arguments giving its differentiable outputs (gradcheck differentiates every
+        output)."""
         for s in self.sample_inputs(device, layouts, [D]):
             if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in s.args):
                 continue
@@ -222,15 +225,78 @@ class OperatorTests:
                 i for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.requires_grad
             ]
 
-            def differentiable_outputs(*args):  # gradcheck differentiates every output
+            def differentiable_outputs(*args, op=op, diff=diff):
                 outs = _results(op, args, op(*args))
                 return tuple(outs[i] for i in diff)
 
+            yield s, differentiable_outputs
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("device", DEVICES)
+    def test_gradcheck(self, device):
+        """gradcheck in full on contiguous samples, in its fast mode (one random
+        projection) on the other layouts it can perturb (an expanded tensor's elements
+        share memory)."""
+        layouts = [layout for layout in LAYOUTS if layout != "expanded"]
+        tol = self.nondet_tol.get(torch.device(device).type, 0.0)
+        for s, fn in self._differentiated(device, layouts):
             fast = s.layout != "contiguous"
-            tol = self.nondet_tol.get(torch.device(device).type, 0.0)
+            assert torch.autograd.gradcheck(fn, s.args, fast_mode=fast, nondet_tol=tol), s
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("layout", [layout for layout in LAYOUTS if layout != "expanded"])
+    @pytest.mark.parametrize("device", DEVICES)
+    def test_gradcheck_forward_and_batched(self, device, layout):
+        """gradcheck as torch checks its own operators: the tangents (forward-mode AD)
+        against finite differences, and the backward and the tangents under vmap
+        (torch.func's batching rules) against a loop. In fast mode by default; the full
+        tier checks contiguous samples' whole Jacobians (seconds per sample for the
+        conv-bn)."""
+        tol = self.nondet_tol.get(torch.device(device).type, 0.0)
+        for s, fn in self._differentiated(device, [layout]):
             assert torch.autograd.gradcheck(
-                differentiable_outputs, s.args, fast_mode=fast, nondet_tol=tol
+                fn,
+                s.args,
+                fast_mode=layout != "contiguous" or not tiers.full(),
+                nondet_tol=tol,
+                check_forward_ad=True,
+                check_batched_grad=True,
+                check_batched_forward_grad=True,
             ), s
+
+    def test_derivative_checked_or_refused(self, name):
+        """Every operator is either differentiated by some float64 sample (the gradchecks
+        above) or refuses a derivative with an error naming it, in reverse and in forward
+        mode: none is left unchecked, and none gives a silent zero (as torch's autograd
+        fallback does for an in-place operator)."""
+        samples = [s for s in self.sample_inputs("cpu", ["contiguous"], [D]) if s.op == name]
+        differentiated = any(
+            isinstance(a, torch.Tensor) and a.requires_grad for s in samples for a in s.args
+        )
+        assert differentiated != (name in self.no_derivative), (
+            f"{name}: differentiated by a sample and listed in no_derivative"
+            if differentiated
+            else f"{name}: no sample differentiates it; list the error it raises in no_derivative"
+        )
+        if differentiated:
+            return
+        op = getattr(T, name).default
+        # Every floating argument it only reads requires grad (a written one cannot: it
+        # would be a leaf modified in place).
+        args = [
+            a.detach().clone().requires_grad_(not (arg.alias_info and arg.alias_info.is_write))
+            if isinstance(a, torch.Tensor) and a.is_floating_point()
+            else a
+            for a, arg in zip(samples[0].args, op._schema.arguments)
+        ]
+
+        def floating_results(*args):
+            outs = _results(op, args, op(*args))
+            return tuple(o for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point())
+
+        for mode in ({}, {"check_backward_ad": False, "check_forward_ad": True}):
+            with pytest.raises((RuntimeError, NotImplementedError), match=self.no_derivative[name]):
+                torch.autograd.gradcheck(floating_results, args, fast_mode=True, **mode)
 
     @pytest.mark.slow
     @pytest.mark.parametrize("layout", LAYOUTS)

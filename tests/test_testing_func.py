@@ -1,0 +1,104 @@
+"""tensortools.testing's ``func`` check: grad and vmap of a function of one instance
+against the plain tensor's. The types that are right pass it; a type that is right
+eagerly (values, autograd) but branches on a tensor's value fails it, naming the
+transform; ScalarTensor's failure under vmap is recorded."""
+
+import pytest
+import torch
+from test_testing_kit import QUICK, TYPES, make_metadata, metadata_rule
+
+from tensortools import MetadataTensor, ScalarTensor, testing
+from tensortools.types.metadata_tensor import metadata_of
+
+
+def _report(cls, make, **options):
+    options.setdefault("checks", ["func"])
+    return testing.check_type(cls, make, raise_on_failure=False, progress=False, **options)
+
+
+def test_func_is_one_of_the_checks():
+    assert "func" in testing.CHECKS
+
+
+@pytest.mark.parametrize("name", ["MetadataTensor", "LoggingTensor"])
+def test_the_wrapper_types_pass(name):
+    # torch.func unwraps a subclass: over an instance the results are plain tensors (as
+    # metadata-tensor.md says), which the check accepts beside the type's own rule.
+    cls, make, options = TYPES[name]
+    report = _report(cls, make, ops=QUICK, refusals=options["refusals"])
+    assert report.passed, report.summary()
+    assert len(report.functions) == len(QUICK)
+
+
+class BranchyExp(MetadataTensor):
+    """Right eagerly and under autograd, but its exp branches on the input's values,
+    which vmap's batched tensors do not have."""
+
+
+@BranchyExp.implements(torch.exp)
+def _branchy_exp(input):
+    with torch._C.DisableTorchFunctionSubclass():
+        if bool(input.isfinite().all()):
+            out = torch.exp(input)
+        else:
+            out = torch.exp(torch.nan_to_num(input, nan=float("nan")))
+    return BranchyExp(out, metadata_of(input))
+
+
+def test_a_type_that_branches_on_values_fails_under_vmap_only():
+    make = make_metadata(BranchyExp)
+    eager = _report(
+        BranchyExp, make, ops=["exp"], checks=["values", "types", "autograd"], rule=metadata_rule
+    )
+    assert eager.passed, eager.summary()
+    report = _report(BranchyExp, make, ops=["exp", "sin"])
+    assert {(f.check, f.function) for f in report.failures} == {("func", "exp")}
+    (failure,) = report.failures
+    assert failure.reason.startswith("vmap with the instance captured: raised RuntimeError")
+    assert "data-dependent control flow" in failure.reason
+
+
+class DetachedSin(MetadataTensor):
+    """A sin whose result leaves the graph: grad through it is zero."""
+
+
+@DetachedSin.implements(torch.sin)
+def _detached_sin(input):
+    with torch._C.DisableTorchFunctionSubclass():
+        out = torch.sin(input.detach())
+    return DetachedSin(out, metadata_of(input))
+
+
+def test_a_gradient_lost_in_a_handler_fails_grad_with_the_instance_captured():
+    report = _report(DetachedSin, make_metadata(DetachedSin), ops=["sin", "exp"])
+    reasons = [f.reason for f in report.failures if (f.check, f.function) == ("func", "sin")]
+    assert reasons and all(r.startswith("grad with the instance captured: values") for r in reasons)
+    assert {f.function for f in report.failures} == {"sin"}
+
+
+def _scalar_make(t):
+    if t.dim() == 2 and t.shape[0] == t.shape[1]:
+        return ScalarTensor(t.shape[0], 1.5, dtype=t.dtype)
+    return None
+
+
+def test_scalar_tensor_runs_the_captured_forms_only():
+    # A tensor-like, not a torch.Tensor: torch.func refuses it as a transform's input,
+    # so only the forms that capture it run; grad through them is right.
+    report = _report(ScalarTensor, (_scalar_make, ScalarTensor.tensor), ops=["abs", "sin"])
+    assert report.functions == ["abs", "sin"]
+    assert all(f.reason.startswith("vmap with the instance captured") for f in report.failures)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ScalarTensor's mul reads a batched factor's storage (types/scalar/common.py, "
+    "probed_result) and its matmul branches on a batched tensor's values "
+    "(types/scalar/arithmetic.py, _scaled)",
+)
+def test_scalar_tensor_under_vmap_with_a_batched_factor():
+    d = ScalarTensor(3, 1.5)
+    ys = torch.tensor([1.0, 0.5])
+    torch.testing.assert_close(torch.func.vmap(lambda y: d * y)(ys), d.tensor() * ys[:, None, None])
+    y = torch.randn(2, 3, 3)
+    torch.testing.assert_close(torch.func.vmap(lambda m: torch.matmul(d, m))(y), 1.5 * y)
