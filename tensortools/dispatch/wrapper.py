@@ -338,10 +338,12 @@ def _adopts_results(cls: type, func: Callable) -> bool:
     ``_instance``, cls has no __torch_dispatch__ (whose dispatch key only as_subclass
     sets), and the call runs eagerly (torch.compile traces the alias)."""
     return (
-        func in _own_operators()
+        # (is_compiling first: under torch.compile the rest is never traced, and dynamo
+        # warns on every compile that calls the functools.cache of _own_operators)
+        not torch.compiler.is_compiling()
+        and func in _own_operators()
         and getattr(cls.wrap, "__func__", None) in INSTANCE_WRAPS
         and cls.__torch_dispatch__ is torch._C._disabled_torch_dispatch_impl
-        and not torch.compiler.is_compiling()
     )
 
 
