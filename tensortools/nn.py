@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -75,8 +76,22 @@ class LLTM(_LLTMParameters):
         super().__init__("LLTM", input_features, state_size, device, dtype)
 
     def forward(self, input: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-        old_h, old_cell = state
+        old_h, old_cell = _state_pair("LLTM", state, "(h, c) of tensors, each batch x state_size")
         return ops.lltm(input, self.weights, self.bias, old_h, old_cell)
+
+
+def _state_pair(module: str, state: Any, pair: str) -> tuple[Any, Any]:
+    """state as its two tensors, or a TypeError naming 'state' and what it got (one tensor
+    would otherwise be unpacked along its first dim: "too many values to unpack")."""
+    if isinstance(state, (tuple, list)) and len(state) == 2:
+        return state[0], state[1]
+    if isinstance(state, Tensor):
+        got = f"one tensor of shape {list(state.shape)} (pass the hidden and cell states apart)"
+    elif isinstance(state, (tuple, list)):
+        got = f"a {type(state).__name__} of {len(state)}"
+    else:
+        got = type(state).__name__
+    raise TypeError(f"{module}: 'state' must be a pair {pair}; got {got}")
 
 
 class LLTMSequence(_LLTMParameters):
@@ -121,8 +136,10 @@ class LLTMSequence(_LLTMParameters):
         if state is None:
             zeros = input.new_zeros(input.shape[1], self.state_size)
             state = (zeros, zeros)
-        elif not isinstance(state, (tuple, list)) or len(state) != 2:
-            raise TypeError("LLTMSequence: 'state' must be a pair (h0, c0) or None")
+        else:
+            state = _state_pair(
+                "LLTMSequence", state, "(h0, c0) of tensors, each batch x state_size, or None"
+            )
         output, h_n, c_n = ops.lltm_sequence(input, self.weights, self.bias, *state)
         if self.batch_first:
             output = output.transpose(0, 1)

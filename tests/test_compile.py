@@ -4,6 +4,7 @@ values and metadata of eager; LoggingTensor and ScalarTensor work with graph bre
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import pytest
 import torch
@@ -383,3 +384,16 @@ def test_every_in_place_function_form_compiles_as_eager(kind):
         elif not torch.equal(plain(gy), plain(wy)):
             wrong.append(f"{label}: values differ from eager")
     assert not wrong, "\n".join(wrong)
+
+
+def test_a_compiled_call_over_a_metadata_tensor_warns_nothing():
+    """No warning of tensortools' own making on the way (one would break a run under
+    ``-W error``): dynamo warned on every compile that traced the functools cache of the
+    wrapper's operator list. (The eager backend: inductor's own imports warn.)"""
+    torch._dynamo.reset()
+    x = MetadataTensor(torch.randn(4), metadata={"k": 1})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = torch.compile(lambda t: (t * 2).sin() + t, fullgraph=True, backend="eager")(x)
+    assert isinstance(out, MetadataTensor) and out.metadata == {"k": 1}
+    torch.testing.assert_close(out.as_subclass(torch.Tensor), (x * 2).sin() + x)

@@ -47,6 +47,16 @@ LIMITS = {
     "x.T, x.mT (properties that return tensors)": ("eager", lambda x, w: x.T + 1, False),
 }
 
+# What compiles but comes out of torch.compile without its type: F.hardsigmoid and
+# F.hardswish under inductor give a plain Tensor, for a bare subclass as for MetadataTensor.
+LOSE_THE_TYPE = {
+    "F.hardsigmoid, F.hardswish": (
+        "inductor",
+        lambda x, w: (torch.nn.functional.hardsigmoid(x), torch.nn.functional.hardswish(x)),
+        False,
+    ),
+}
+
 # What torch cannot compile for a bare subclass but compiles for tensortools' wrapper types:
 # their plain call of Tensor's operators written in Python (``__pow__``, ``__rsub__``, ...)
 # calls the function torch's wrapper wraps (tensortools.dispatch.wrapper, call_plain).
@@ -121,3 +131,31 @@ def test_what_a_bare_subclass_cannot_compile_metadata_tensor_can(limit):
     for backend in (bare_backend, "inductor"):
         out = _compile_and_run("MetadataTensor", backend, func, grad)
         assert isinstance(out, MetadataTensor) and out.metadata == {"k": 1}
+
+
+@pytest.mark.parametrize("kind", MAKERS)
+@pytest.mark.parametrize("limit", LOSE_THE_TYPE)
+def test_what_compiles_without_the_subclass_still_does(limit, kind):
+    backend, func, grad = LOSE_THE_TYPE[limit]
+    out = _compile_and_run(kind, backend, func, grad)
+    if all(type(t) is torch.Tensor for t in out):
+        return
+    pytest.fail(
+        f"torch {torch.__version__} now keeps the type of {limit!r} for a {kind} "
+        f"(backend {backend!r}): take it out of LOSE_THE_TYPE and out of "
+        "docs/metadata-tensor.md"
+    )
+
+
+def test_iteration_compiles_without_the_rows_metadata():
+    """``for r in x`` and ``list(x)``: dynamo unpacks a tensor by indexing its graph value
+    itself (torch/_dynamo/variables/tensor.py, unpack_var_sequence), keeping the class but
+    calling no __torch_function__ (and no class's own __iter__), so the rows have no
+    metadata; unbind and x[i] keep it (WORKS)."""
+    out = _compile_and_run("MetadataTensor", "eager", lambda x, w: [r * 1 for r in x], False)
+    if any(r.metadata != {"k": 1} for r in out):
+        return
+    pytest.fail(
+        f"torch {torch.__version__} now keeps the metadata of a MetadataTensor's rows in "
+        "compiled iteration: take it out of docs/metadata-tensor.md"
+    )

@@ -253,3 +253,64 @@ def test_hybrid_adj_is_refused_before_any_product():
     with torch.profiler.profile() as prof, pytest.raises(TypeError, match="'adj'.*hybrid"):
         T.graph_conv(hybrid, _r(4, 2), _r(2, 3), None)
     assert not [e for e in prof.events() if e.name in ("aten::mm", "aten::addmm")]
+
+
+# -- errors that say what happened -----------------------------------------------------
+
+
+def test_an_input_of_the_wrong_width_is_named_with_what_weights_expects():
+    S, F = 16, 9
+    weights, bias = torch.randn(3 * S, S + F), torch.randn(3 * S)
+    h = c = torch.randn(4, S)
+    wrong = torch.randn(4, 16)
+    with pytest.raises(ValueError) as info:
+        ops.lltm(wrong, weights, bias, h, c)
+    message = str(info.value)
+    assert "'input' has 16 features but 'weights' [48, 25] expects 9" in message, message
+    assert "state_size 16 from 'old_h'" in message, message
+    with pytest.raises(ValueError, match=r"'input' has 16 features but 'weights' \[48, 25\]"):
+        ops.lltm_sequence(wrong.expand(3, 4, 16), weights, bias, h, c)
+    # a state of another size: weights' rows disagree with it
+    small = torch.randn(4, 10)
+    with pytest.raises(ValueError, match=r"'weights' \[48, 25\] has 48 rows but 'old_h' has "):
+        ops.lltm(torch.randn(4, F), weights, bias, small, small)
+
+
+@pytest.mark.parametrize("module", ["LLTM", "LLTMSequence"])
+@pytest.mark.parametrize(
+    "state, got",
+    [
+        (torch.randn(4, 16), r"one tensor of shape \[4, 16\]"),
+        (torch.randn(2, 4, 16), r"one tensor of shape \[2, 4, 16\]"),
+        ((torch.randn(4, 16),), "a tuple of 1"),
+        ({"h": 1}, "dict"),
+    ],
+    ids=["tensor", "stacked", "tuple of 1", "dict"],
+)
+def test_a_state_that_is_not_a_pair_is_named(module, state, got):
+    import tensortools.nn as tnn
+
+    cell = getattr(tnn, module)(9, 16)
+    x = torch.randn(4, 9) if module == "LLTM" else torch.randn(3, 4, 9)
+    with pytest.raises(
+        TypeError, match=rf"{module}: 'state' must be a pair \(h0?, c0?\).*; got {got}"
+    ):
+        cell(x, state)
+
+
+def test_an_error_inside_a_types_wrap_says_so_and_chains_it():
+    from tensortools.dispatch import TensorWrapper
+
+    class Failing(TensorWrapper):
+        @classmethod
+        def wrap(cls, tensor, context):
+            raise RuntimeError("the type's own failure")
+
+    x = Failing._make(torch.ones(2))
+    for call in (lambda: torch.add(x, 1), lambda: x + 1, lambda: x.sin()):
+        with pytest.raises(RuntimeError, match="Failing.wrap raised RuntimeError") as info:
+            call()
+        assert "layout" not in str(info.value)
+        assert "the type's own failure" in str(info.value)
+        assert isinstance(info.value.__cause__, RuntimeError)
+        assert str(info.value.__cause__) == "the type's own failure"

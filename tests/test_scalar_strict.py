@@ -167,3 +167,21 @@ def test_strict_takes_in_place_calls_that_need_no_dense_matrix(monkeypatch, call
         assert call(d) is d
     with ScalarTensor.using_policy("strict"), pytest.raises(TypeError):
         d.cumsum_(0)  # the dense matrix's running sums: refused, not formed
+
+
+def test_a_strict_refusal_names_the_policy_and_the_way_out():
+    d = ScalarTensor(3, 2.0)
+    way_out = r"ScalarTensor.using_policy\('fallback'\).*ScalarTensor.set_policy\('fallback'\)"
+    with ScalarTensor.using_policy("strict"):
+        for call, name in [
+            (lambda: torch.exp(d), "torch.exp"),
+            (lambda: d.exp(), "torch.Tensor.exp"),
+            (lambda: d.contiguous(), "torch.Tensor.contiguous"),
+        ]:
+            with pytest.raises(TypeError, match=f"'{name}' on ScalarTensor: refused under the "):
+                call()
+            with pytest.raises(TypeError, match=f"'strict' policy.*{way_out}"):
+                call()
+    # the way out it names works
+    with ScalarTensor.using_policy("fallback"):
+        torch.testing.assert_close(torch.exp(d), torch.exp(d.tensor()))

@@ -97,6 +97,20 @@ void check_step_args(const char* op, const Arg& input, int64_t input_dim, const 
   const c10::SymInt S = h.tensor.sym_size(1);
   checks::same_size(op, h, 0, input, input_dim - 2, "batch size");
   checks::shape(op, cell, {B, S}, "batch x state_size");
+  // weights is [3*state_size, state_size + features], state_size from h and features from
+  // input: where a 2-D weights disagrees, say with which argument, then the shape it needs
+  const c10::SymIntArrayRef W = weights.tensor.sym_sizes();
+  if (W.size() == 2) {
+    TORCH_CHECK_VALUE(W[0] == 3 * S, op, ": '", weights.name, "' ", W, " has ", W[0], " rows but '",
+                      h.name, "' has state_size ", S,
+                      " (weights is [3*state_size, state_size + features]); '", weights.name,
+                      "' must have shape [", 3 * S, ", ", S + F, "] for these");
+    TORCH_CHECK_VALUE(W[1] == S + F, op, ": '", input.name, "' has ", F, " features but '",
+                      weights.name, "' ", W, " expects ", W[1] - S,
+                      " (weights is [3*state_size, state_size + features], state_size ", S,
+                      " from '", h.name, "'); '", weights.name, "' must have shape [", 3 * S, ", ",
+                      S + F, "] for these");
+  }
   checks::shape(op, weights, {3 * S, S + F}, "3*state_size x (state_size + features)");
   checks::shape(op, bias, {3 * S}, "3*state_size");
 }

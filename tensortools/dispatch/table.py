@@ -15,7 +15,7 @@ from torch.overrides import _is_torch_function_mode_enabled
 from tensortools._settings import OVERRIDES, ClassSetting
 from tensortools.dispatch.binding import HandlerShape, bind, plain_up_to, torch_positions
 
-__all__ = ["POLICIES", "TorchFunctionTable", "aliases_of"]
+__all__ = ["POLICIES", "TorchFunctionTable", "aliases_of", "strict_refusal"]
 
 #: The policies a class may follow for calls without a handler.
 POLICIES = ("fallback", "strict")
@@ -294,6 +294,18 @@ def _shape_of(handler: Callable) -> HandlerShape | None:
         return _SHAPES.setdefault(handler, HandlerShape.of(handler))
     except TypeError:  # (an unhashable callable)
         return HandlerShape.of(handler)
+
+
+def strict_refusal(cls: type, func: Callable) -> TypeError:
+    """The error for a call that cls's "strict" policy refuses where no other type takes
+    part (torch's own message names neither the policy nor the way out)."""
+    name = torch.overrides.resolve_name(func) or getattr(func, "__name__", repr(func))
+    return TypeError(
+        f"no implementation found for '{name}' on {cls.__name__}: refused under the "
+        f"'strict' policy (no handler of {cls.__name__} answers this call, and 'strict' "
+        f"never runs the fallback); to run it, use `with {cls.__name__}.using_policy("
+        f"'fallback'):` around the call, or {cls.__name__}.set_policy('fallback')"
+    )
 
 
 def _check_policy(cls: type, policy: Any) -> None:

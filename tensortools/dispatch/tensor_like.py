@@ -15,7 +15,11 @@ from torch.overrides import (
     has_torch_function,
 )
 
-from tensortools.dispatch.table import TorchFunctionTable, refusing_endless_recursion
+from tensortools.dispatch.table import (
+    TorchFunctionTable,
+    refusing_endless_recursion,
+    strict_refusal,
+)
 
 __all__ = ["CannotHoldResult", "INPLACE_OPERATORS", "TensorLike", "TensorMethod"]
 
@@ -118,6 +122,8 @@ def _call_method(method: Callable, self: TensorLike, *args: Any, **kwargs: Any) 
     # refusal message cannot name a method descriptor, so it is written here.)
     result = cls.__torch_function__(method, (cls,), (self, *args), kwargs)
     if result is NotImplemented:
+        if cls.policy == "strict":
+            raise strict_refusal(cls, method)
         name = (
             torch.overrides.resolve_name(method)
             or f"torch.Tensor.{getattr(method, '__name__', method)}"

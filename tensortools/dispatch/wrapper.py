@@ -338,10 +338,12 @@ def _adopts_results(cls: type, func: Callable) -> bool:
     ``_instance``, cls has no __torch_dispatch__ (whose dispatch key only as_subclass
     sets), and the call runs eagerly (torch.compile traces the alias)."""
     return (
-        func in _own_operators()
+        # (is_compiling first: under torch.compile the rest is never traced, and dynamo
+        # warns on every compile that calls the functools.cache of _own_operators)
+        not torch.compiler.is_compiling()
+        and func in _own_operators()
         and getattr(cls.wrap, "__func__", None) in INSTANCE_WRAPS
         and cls.__torch_dispatch__ is torch._C._disabled_torch_dispatch_impl
-        and not torch.compiler.is_compiling()
     )
 
 
@@ -393,9 +395,18 @@ def wrap_outputs(
         try:
             with torch._C.DisableTorchFunctionSubclass():
                 return cls.wrap(t, context)
-        except (RuntimeError, NotImplementedError) as err:  # sparse results and the like
-            raise TypeError(
-                f"{cls.__name__} cannot hold a result of layout {t.layout}: {err}"
+        except (RuntimeError, NotImplementedError) as err:
+            if t.layout != torch.strided:  # sparse results and the like: a refusal
+                raise TypeError(
+                    f"{cls.__name__} cannot hold a result of layout {t.layout}: {err}"
+                ) from err
+            # the type's own wrap failed on an ordinary tensor: say so, and whose call
+            # (a RuntimeError still: a TypeError from an operator would become Python's
+            # "unsupported operand type(s)" and hide it)
+            of = f" of {getattr(call[0], '__name__', call[0])}" if call is not None else ""
+            raise RuntimeError(
+                f"{cls.__name__}.wrap raised {type(err).__name__} on the result{of} "
+                f"(shape {list(t.shape)}, {t.dtype}): {err}"
             ) from err
 
     return tree_map_only(Tensor, wrap, out, is_leaf=_is_size)

@@ -224,6 +224,9 @@ def _p_norm(a: float, c: int, z: int, p: float, dtypes: set) -> float | None:
         return float(c * (a != 0))
     if a == 0 or (p < 0 and z):
         return 0.0  # (for p < 0, 0 ** p is inf, and inf ** (1 / p) is 0)
+    beyond = _beyond_range(a, c, p, dtypes)
+    if beyond is not None:
+        return beyond
     try:
         power = a**p
     except OverflowError:
@@ -234,13 +237,40 @@ def _p_norm(a: float, c: int, z: int, p: float, dtypes: set) -> float | None:
     return norm if _all_in_range(dtypes, power, c * power, norm) else None
 
 
+#: The dtypes whose norms torch sums in the dtype itself (the half types sum in float).
+_SUMMED_IN_DTYPE = {torch.float32, torch.float64, torch.complex64, torch.complex128}
+
+
+def _beyond_range(a: float, c: int, p: float, dtypes: set) -> float | None:
+    """The p-norm (p > 0) of c entries of magnitude a (normal, nonzero) and zeros where
+    the dense call's sum of powers leaves the range whatever its order and roundings
+    (judged on logarithms, so for any N): inf where every power, or their sum, is beyond
+    the largest number by more than the sum's roundings could move it; 0 for p = 2
+    (squares, each rounded once) where every square is below half the smallest
+    subnormal. None elsewhere, and where the dtypes differ in precision."""
+    reals = {d.to_real() if d.is_complex else d for d in dtypes}
+    if p <= 0 or not dtypes <= _SUMMED_IN_DTYPE or len(reals) != 1:
+        return None
+    info = torch.finfo(reals.pop())
+    log_power = p * math.log(a)
+    if log_power + math.log(c) > math.log(info.max) + math.log(2) + c * info.eps:
+        return math.inf
+    if p == 2 and log_power < math.log(info.tiny) + math.log(info.eps / 4):
+        return 0.0
+    return None
+
+
 def _matrix_norm(a: float, n: int, ord: Any, dtypes: set) -> float | None:
     """ord's matrix norm of a * I_n (a = |value|): its singular values are all a, and so
     are its absolute row and column sums."""
     if ord == "fro":
         return _p_norm(a, n, n * n - n, 2, dtypes)
     if ord == "nuc":
-        return n * a if _all_in_range(dtypes, n * a) else None
+        if a == 0:
+            return 0.0
+        if _all_in_range(dtypes, n * a):
+            return n * a
+        return _beyond_range(a, n, 1, dtypes)  # (the sum of n singular values a)
     if ord in (1, -1, 2, -2, math.inf, -math.inf):
         return a
     return None

@@ -15,7 +15,7 @@ from torch.overrides import has_torch_function
 
 from tensortools.dispatch import CannotHoldResult
 from tensortools.dispatch.in_place import out_of_place_form, written_arguments
-from tensortools.dispatch.table import TorchFunctionTable
+from tensortools.dispatch.table import TorchFunctionTable, strict_refusal
 from tensortools.dispatch.tensor_like import INPLACE_OPERATORS
 from tensortools.types.scalar.common import small_matrix
 from tensortools.types.scalar.tensor import ScalarTensor, densify
@@ -335,7 +335,11 @@ def python_torch_function(cls: type, func: Callable, types: tuple, args=(), kwar
     if result is NotImplemented and _PROBING.get() is not func and cls.policy == "strict":
         kwargs = kwargs or {}
         if written_arguments(func, args, kwargs):
-            return write_without_dense(cls, func, args, kwargs)
+            result = write_without_dense(cls, func, args, kwargs)
+        if result is NotImplemented and all(t is cls for t in types):
+            # no other type could answer: torch would raise its TypeError, which names
+            # neither the policy nor the way out
+            raise strict_refusal(cls, func)
     return result
 
 

@@ -54,15 +54,44 @@ def power(v: Tensor, n: int) -> Tensor:
     return torch.pow(v, n)
 
 
+def power_beyond_range(v: complex, n: int, dtype: torch.dtype) -> int:
+    """Where |v| ** n lies for the dense product of n copies of v (v finite and nonzero),
+    judged on logarithms, so for any n: +1 far beyond the dtype's largest number (the
+    product overflows, in any order of multiplications), -1 far below half its smallest
+    subnormal (it underflows to zero), 0 in between or within rounding reach of either
+    end (n roundings of a relative eps each move the logarithm by up to n * eps; there,
+    and for a subnormal result, the dense product's own roundings decide)."""
+    info = torch.finfo(dtype.to_real() if dtype.is_complex else dtype)
+    log = n * math.log(abs(v))
+    reach = 2 * n * info.eps + math.log(4)
+    if log > math.log(info.max) + reach:
+        return 1
+    if log < math.log(info.tiny) + math.log(info.eps / 2) - reach:
+        return -1
+    return 0
+
+
 @structured(torch.det, torch.linalg.det)
 def _det(input):
     if not _lapack_safe(input):
         return NotImplemented
+    v = input._pair.tolist()[0]
+    beyond = 0 if v == 0 else power_beyond_range(v, input.N, input.dtype)
+    if beyond and not input.dtype.is_complex:
+        # far past either end, whatever the order of multiplications: the signed zero or
+        # infinity (the dense product of n copies of a value in (0.5, 1) can stop at a
+        # few subnormals, as its roundings stall there: 0.9 ** 2000 is 5.6e-45 in float32;
+        # this is the correctly rounded 0)
+        negative = v < 0 and input.N % 2 == 1
+        number = (math.inf if beyond > 0 else 0.0) * (-1.0 if negative else 1.0)
+        return input._pair.new_full((), number)
+    if beyond < 0:
+        return power(input._scalar(), input.N)  # (a complex zero; no complex overflow)
     det = power(input._scalar(), input.N)
     # A product that overflows or underflows is left to LAPACK, whose order of
     # multiplications decides there (a complex one is Inf+NaNj).
     x = det.item()
-    if not finite(x) or (x == 0) != (input._pair.tolist()[0] == 0):
+    if not finite(x) or (x == 0) != (v == 0):
         return NotImplemented
     return det if x == 0 or in_range(abs(x), det.dtype) else NotImplemented
 
@@ -183,13 +212,13 @@ def _matrix_power(input, n):
     if not cmath.isfinite(v):
         return NotImplemented  # off the diagonal inf * 0 is NaN
     if input.dtype.is_floating_point or input.dtype.is_complex:
-        # every intermediate power of the dense squarings must stay finite off the
-        # diagonal (compared as logarithms: v ** n may be beyond float64 too)
+        # every intermediate power of the dense squarings must stay finite, or inf * 0
+        # puts NaN off the diagonal (compared as logarithms: v ** n may be beyond float64
+        # too); one that underflows keeps the zeros, and the small matrix's squarings
+        # underflow as the dense ones do
         info = torch.finfo(input.dtype.to_real())
         magnitude = abs(v if n >= 0 else 1 / v)
-        if magnitude != 0 and not (
-            math.log(4 * info.tiny) <= abs(n) * math.log(magnitude) <= math.log(info.max / 4)
-        ):
+        if magnitude != 0 and abs(n) * math.log(magnitude) > math.log(info.max / 4):
             return NotImplemented
     result = _one_of(torch.linalg.matrix_power, input, min(input.N, 2), n)
     if result is NotImplemented:

@@ -134,14 +134,22 @@ def _extreme(func: Callable) -> Callable:
     return handler
 
 
+#: More than the entries apart that torch's CPU product reduction multiplies into one
+#: partial product (a vector's lanes times its unrolling, 64 with AVX-512), with margin.
+_PRODUCT_STRIDE = 256
+
+
 def _whole_prod(d: ScalarTensor, small: Tensor) -> Any:
     """The whole matrix's product from the 2x2 small matrix's: a real product's sign is the
     parity of its negative factors, in any order. The small matrix has two copies of the
     value, the matrix N: for an odd N and a value with its sign bit set (-0 included), a
     zero product is -0. Where a product of up to N copies of a finite value could
-    overflow, the dense call answers: its order of multiplications decides whether an
-    infinite partial product meets a zero (NaN) or a zero comes first (0)."""
-    if small.is_floating_point():
+    overflow, the order of multiplications decides whether an infinite partial product
+    meets a zero (NaN) or a zero comes first (0): the CPU reduction multiplies entries a
+    vector's width (times its unrolling, at most 64 entries) apart, so once N + 1 exceeds
+    that no run of diagonal entries goes without a zero between them, and the product
+    is 0 for any N; elsewhere the dense call answers."""
+    if small.is_floating_point() and not (d.N + 1 > _PRODUCT_STRIDE and d.device.type == "cpu"):
         v = d._pair.tolist()[0]
         if math.isfinite(v) and abs(v) > 1:
             largest = torch.finfo(small.dtype).max
