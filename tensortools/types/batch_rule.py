@@ -379,10 +379,23 @@ def _cat(call: Call) -> Any:
 
 
 def _stack(call: Call) -> Any:
-    """stack of batches: along dim 0 the new dim 0 is the steps (not a batch); along
-    another dim each row stacks its sample's steps (the batch, same-sized batches)."""
+    """stack along another dim than 0 (along dim 0, batches make a batch of steps:
+    metadata_batch's handler): row r stacks row r of each tensor, one sample's steps where
+    every stacked tensor that carries metadata is a batch of the same samples (the same
+    metadata); else rows hold several batches' samples, and that is not a batch."""
     if _dim(_arg(call, 1, 0, "dim"), call.ndim + 1) == 0:
         return DROP
+    from tensortools.types.metadata_tensor import _same
+
+    samples = call.batch.metadata
+    for t in _arg(call, 0, ()):
+        metadata = getattr(t, "metadata", None)
+        if t is call.batch or metadata is None:
+            continue  # (a plain tensor's rows join the samples', as in b + t)
+        if getattr(t, "_batch_size", None) is None or metadata.keys() != samples.keys():
+            return DROP
+        if not all(_same(metadata[key], samples[key]) for key in samples):
+            return DROP
     return _rows(call)
 
 

@@ -291,26 +291,31 @@ def _cat(cls, func, types, args, kwargs):
     ndim = max(len(shape) for shape in shapes)
     if not _is_dim0(dim, ndim):
         return NotImplemented
-    joined = [t for t, shape in zip(tensors, shapes) if shape != (0,)]  # (torch skips)
-    sizes = [batch_size_of(t) for t in joined]
+    sizes = [batch_size_of(t) for t in tensors]
     if all(s is None for s in sizes):
         return NotImplemented
-    if None in sizes:
-        k = sizes.index(None)
-        raise ValueError(
-            f"torch.cat along dim 0 of MetadataTensor batches: tensor {k} is not a batch "
-            "(its rows would have no sample's metadata); make it one (set its batch_size "
-            "and one metadata entry per sample) or join plain tensors"
-        )
+    # A tensor that is not a batch joins no samples where it has no rows: torch skips a
+    # 1-D empty tensor, and a (0, ...) one adds none (the accumulator idiom,
+    # torch.cat([torch.empty(0, D), b])).
+    joined = [
+        k for k, shape in enumerate(shapes) if sizes[k] is not None or not shape or shape[0] != 0
+    ]
+    for k in joined:
+        if sizes[k] is None:
+            raise ValueError(
+                f"torch.cat along dim 0 of MetadataTensor batches: tensor {k} is not a batch "
+                "(its rows would have no sample's metadata); make it one (set its batch_size "
+                "and one metadata entry per sample) or join plain tensors"
+            )
     dicts = []
-    for k, t in enumerate(joined):
-        metadata = metadata_of(t) or {}
-        check_batch(metadata, sizes[k], _shape(t)[0], f"batch (tensor {k} of torch.cat)")
+    for k in joined:
+        metadata = metadata_of(tensors[k]) or {}
+        check_batch(metadata, sizes[k], shapes[k][0], f"batch (tensor {k} of torch.cat)")
         dicts.append(metadata)
     _check_same_keys(dicts, "torch.cat of MetadataTensor batches", "tensor", "batches joined")
     out = _plain_fallback(cls, func, types, args, kwargs)
     metadata = {key: _join([d[key] for d in dicts]) for key in dicts[0]}
-    out.metadata, out._batch_size = metadata, sum(sizes)
+    out.metadata, out._batch_size = metadata, sum(sizes[k] for k in joined)
     return out
 
 
@@ -371,15 +376,21 @@ def _check_same_keys(dicts: list[dict], who: str, item: str, holders: str) -> No
 
 def _samples_metadata(items: Sequence, who: str) -> list[dict]:
     """Each sample's metadata (a plain tensor's: none); ValueError unless every sample
-    has the same keys."""
+    has the same keys. Samples that are batches (a stack of batches: a batch of steps,
+    each step one of them) must all be, each holding its samples' metadata."""
     dicts = [dict(metadata_of(t) or {}) if isinstance(t, MetadataTensor) else {} for t in items]
+    sizes = [batch_size_of(t) for t in items]
+    if any(size is not None for size in sizes):
+        for i, size in enumerate(sizes):
+            if size is None:
+                k = next(k for k, s in enumerate(sizes) if s is not None)
+                raise ValueError(
+                    f"{who}: sample {i} is not a batch, sample {k} is a batch of {sizes[k]} "
+                    "samples; a stack of batches (a batch of steps) takes batches only "
+                    "(join a batch with more samples by torch.cat along dim 0)"
+                )
+            check_batch(dicts[i], size, _shape(items[i])[0], f"batch (sample {i} of {who})")
     _check_same_keys(dicts, who, "sample", "samples of a batch (a plain tensor has none)")
-    for i in range(len(items)):
-        if batch_size_of(items[i]) is not None:
-            raise ValueError(
-                f"{who}: sample {i} is itself a batch of {batch_size_of(items[i])} samples; "
-                "join batches with torch.cat along dim 0"
-            )
     return dicts
 
 
@@ -398,13 +409,12 @@ def _carrier_class(items: Sequence) -> type:
 
 
 def _stack(tensors, dim=0, *, out=None):
-    """torch.stack of samples along dim 0: the batch default_collate makes of them."""
+    """torch.stack of samples along dim 0: the batch default_collate makes of them (of
+    batches: the batch of steps, each step one of them)."""
     items = list(tensors)
     if out is not None or not items or not isinstance(dim, int):
         return NotImplemented
-    if not _is_dim0(dim, len(_shape(items[0])) + 1) or any(
-        batch_size_of(t) is not None for t in items
-    ):
+    if not _is_dim0(dim, len(_shape(items[0])) + 1):
         return NotImplemented
     cls = _carrier_class(items)
     metadata = _batched(_samples_metadata(items, "torch.stack"))
