@@ -298,20 +298,24 @@ def test_stack_of_samples_is_the_batch_default_collate_makes(n):
     assert neg.batch_size == n
 
 
-def test_stack_along_another_dim_and_stack_of_batches_follow_the_merge_policy():
+def test_stack_along_another_dim_follows_the_merge_policy_and_stack_of_batches_is_one():
     items = samples(3)
     s = torch.stack(items, dim=1)
     assert s.batch_size is None
     assert_same(s.metadata, sample_metadata(0))  # "first"
     with MetadataTensor.merge_policy("union"):
         assert_same(torch.stack(items, 2).metadata, sample_metadata(0))
-    steps = torch.stack([by_collate(2), by_collate(2)])  # time-major steps of batches
-    # (its dim 0 is the steps, not samples: one tensor, tensortools/types/batch_rule.py;
-    # along dim 1, each row stacks one sample's steps: the batch)
-    assert steps.shape[:2] == (2, 2) and steps.batch_size is None
-    assert steps.metadata["id"] == [0, 1]
-    by_sample = torch.stack([by_collate(2), by_collate(2)], 1)
+    first, second = by_collate(2), torch.stack(samples(4)[2:])
+    steps = torch.stack([first, second])  # time-major steps of batches: a batch of steps
+    assert steps.shape[:2] == (2, 2) and steps.batch_size == 2
+    assert steps.metadata["id"] == [[0, 1], [2, 3]]
+    assert_same(steps[1].metadata, batch_metadata([2, 3]))  # step 1: its batch, whole
+    assert steps[1].batch_size is None
+    assert_same(default_collate([first, second]).metadata, steps.metadata)
+    # along dim 1, each row stacks one sample's steps: the batch, of the same samples
+    by_sample = torch.stack([first, first * 2], 1)
     assert by_sample.batch_size == 2 and by_sample[1].metadata["id"] == 1
+    assert torch.stack([first, second], 1).batch_size is None  # (rows of two batches)
 
 
 @pytest.mark.parametrize("n", SIZES)

@@ -138,6 +138,19 @@ def _timing(p) -> tuple:
     return p.median_us, p.iqr_us, p.calls, None, p.noisy
 
 
+def _index_note(rows: list[Row]) -> str:
+    """b[1] of a batch against b[1] of a MetadataTensor that is not one (what a batch
+    adds: the per-sample metadata of the index)."""
+    index = {r.variant: r for r in rows if r.phase == "b[1]"}
+    batch, single = index.get("MetadataTensor batch"), index.get("MetadataTensor")
+    if batch is None or single is None:
+        return ""
+    ratio = time_ratio(batch.median_us, single.median_us, batch.noisy or single.noisy)
+    return (
+        f"b[1]: a MetadataTensor batch's costs {ratio.strip()} a MetadataTensor's that is not one"
+    )
+
+
 def format_peer_table(rows: list[Row]) -> str:
     """A text table of peer_rows, each median's ratio to plain Tensor's in the same call."""
     base = {(r.size, r.phase): r for r in rows if r.variant == "plain Tensor"}
@@ -152,6 +165,9 @@ def format_peer_table(rows: list[Row]) -> str:
             f"{r.iqr_us:>8.2f}us {time_ratio(r.median_us, b.median_us, noisy):>7}"
         )
     version = monai_version()
+    note = _index_note(rows)
+    if note:
+        lines.append(note)
     lines.append(
         ratio_notes("a plain Tensor in the same call", any_noisy)
         + (

@@ -285,11 +285,16 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     @classmethod
     def fallback(cls, func, types, args, kwargs):
         context = cls.context(func, args, kwargs)
-        call = (func, args, kwargs, argument_tensors(args, kwargs))
+        return cls._run_and_wrap(func, types, args, kwargs, argument_tensors(args, kwargs), context)
+
+    @classmethod
+    def _run_and_wrap(cls, func, types, args, kwargs, tensors: list, context: Any) -> Any:
+        """The fallback's call and wrap, given the argument tensors (argument_tensors) and
+        the context: for a subclass's fallback that has them already."""
         result, originals = cls.call_plain(func, types, args, kwargs)
         if func in NO_WRAP:
             return result
-        return wrap_outputs(cls, result, context, originals, call)
+        return wrap_outputs(cls, result, context, originals, (func, args, kwargs, tensors))
 
 
 #: Results left as they are: torch's own list (property getters such as .grad) and the
@@ -309,10 +314,28 @@ def _unwrap(cls: type, obj: Any, originals: dict[int, Tensor]) -> Any:
     return tree_map_only(cls, plain, obj, is_leaf=_is_size)
 
 
+#: Argument types that hold no tensor and are no container: a call whose arguments are
+#: tensors and these alone (most calls) needs no walk by torch.utils._pytree.
+_FLAT = frozenset(
+    {int, float, bool, complex, str, type(None), type(Ellipsis), slice, torch.dtype}
+    | {torch.device, torch.layout, torch.memory_format}
+)
+
+
 def argument_tensors(args: tuple, kwargs: dict | None) -> list[Tensor]:
     """The tensors among a call's arguments, in order: also inside lists, tuples and the
     other containers torch.utils._pytree takes apart, but not inside dicts other than
     the keyword arguments themselves (the compiled path walks the same way)."""
+    found = []
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        if issubclass(type(a), Tensor):
+            found.append(a)
+        elif type(a) not in _FLAT:
+            return _walked_tensors(args, kwargs)
+    return found
+
+
+def _walked_tensors(args: tuple, kwargs: dict | None) -> list[Tensor]:
     leaves = tree_leaves(
         (args, kwargs or {}), is_leaf=lambda x: isinstance(x, dict) and x is not kwargs
     )
@@ -409,6 +432,8 @@ def wrap_outputs(
                 f"(shape {list(t.shape)}, {t.dtype}): {err}"
             ) from err
 
+    if issubclass(type(out), Tensor):
+        return wrap(out)  # (one tensor: the common result, with no walk)
     return tree_map_only(Tensor, wrap, out, is_leaf=_is_size)
 
 

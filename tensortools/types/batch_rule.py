@@ -379,10 +379,23 @@ def _cat(call: Call) -> Any:
 
 
 def _stack(call: Call) -> Any:
-    """stack of batches: along dim 0 the new dim 0 is the steps (not a batch); along
-    another dim each row stacks its sample's steps (the batch, same-sized batches)."""
+    """stack along another dim than 0 (along dim 0, batches make a batch of steps:
+    metadata_batch's handler): row r stacks row r of each tensor, one sample's steps where
+    every stacked tensor that carries metadata is a batch of the same samples (the same
+    metadata); else rows hold several batches' samples, and that is not a batch."""
     if _dim(_arg(call, 1, 0, "dim"), call.ndim + 1) == 0:
         return DROP
+    from tensortools.types.metadata_tensor import _same
+
+    samples = call.batch.metadata
+    for t in _arg(call, 0, ()):
+        metadata = getattr(t, "metadata", None)
+        if t is call.batch or metadata is None:
+            continue  # (a plain tensor's rows join the samples', as in b + t)
+        if getattr(t, "_batch_size", None) is None or metadata.keys() != samples.keys():
+            return DROP
+        if not all(_same(metadata[key], samples[key]) for key in samples):
+            return DROP
     return _rows(call)
 
 
@@ -645,42 +658,48 @@ def verdict(call: Call) -> Any:
     return DROP if rule is None else rule(call)
 
 
-def first_carrier(args: tuple, kwargs: dict) -> Tensor | None:
-    """The first argument carrying metadata (whose metadata, and batch, results take)."""
+def first_carrier(tensors: list) -> Tensor | None:
+    """The first of a call's argument tensors (argument_tensors) carrying metadata (whose
+    metadata, and batch, results take)."""
     from tensortools.types.metadata_tensor import MetadataTensor
 
-    for a in argument_tensors(args, kwargs):
+    for a in tensors:
         if isinstance(a, MetadataTensor) and getattr(a, "metadata", None) is not None:
             return a
     return None
 
 
-def settle(func: Callable, args: tuple, kwargs: dict, out: Any) -> Any:
+def settle(func: Callable, args: tuple, kwargs: dict, out: Any, tensors: list | None = None) -> Any:
     """Set the batch of `out` (results of the call, made batches by the wrap) to what the
-    table says: kept, carried through the call's permutation, or dropped."""
-    from tensortools.types.metadata_batch import _give
-    from tensortools.types.metadata_tensor import metadata_of
-
-    leaves = [t for t in tree_leaves(out) if getattr(t, "_batch_size", None) is not None]
+    table says: kept, carried through the call's permutation, or dropped. tensors: the
+    call's argument tensors, where the caller has them (else walked here)."""
+    if issubclass(type(out), Tensor):
+        leaves = [out] if getattr(out, "_batch_size", None) is not None else []
+    else:
+        leaves = [t for t in tree_leaves(out) if getattr(t, "_batch_size", None) is not None]
     if not leaves:
         return out
-    inputs = argument_tensors(args, kwargs)
+    inputs = argument_tensors(args, kwargs) if tensors is None else tensors
     results = [t for t in leaves if not any(t is a for a in inputs)]
-    batch = first_carrier(args, kwargs)
+    batch = first_carrier(inputs)
     if not results or batch is None or getattr(batch, "_batch_size", None) is None:
         return out
     shape = _shape(batch)
     call = Call(func, args, kwargs or {}, batch, len(shape), shape[0], results)
     found = verdict(call)
     each = found if _per_result(found, results) else [found] * len(results)
-    metadata = dict(metadata_of(batch) or {})
+    from tensortools.types.metadata_batch import _give
+
     for t, v in zip(results, each):
-        if v is KEEP and _shape(t) and _shape(t)[0] == call.size:
+        shape = _shape(t)
+        rows = shape[0] if shape else None
+        if v is KEEP and rows == call.size:
             continue
-        if _is_selection(v) and _shape(t) and _shape(t)[0] == len(v):
+        metadata = dict(batch.metadata or {})
+        if _is_selection(v) and rows == len(v):
             _give(t, metadata, call.size, v)
         else:
-            t.metadata, t._batch_size = dict(metadata), None
+            t.metadata, t._batch_size = metadata, None
     return out
 
 

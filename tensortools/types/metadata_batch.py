@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from tensortools.dispatch.binding import argument
+from tensortools.types.batch_index import MIXED, Selection, index_selection
 from tensortools.types.batch_rule import functions_for_the_compiled_path
 from tensortools.types.metadata_tensor import (
     BATCH_CALLS,
@@ -33,10 +34,6 @@ from tensortools.types.metadata_tensor import (
 )
 
 __all__ = ["check_batch", "collate", "decollate"]
-
-# A selection of samples: one sample (an int), a slice of them, or a list of indices
-# (in order, repeats allowed). None: all of them, unchanged.
-Selection = int | slice | list | None
 
 
 def _shape(t: Tensor) -> torch.Size:
@@ -110,9 +107,15 @@ def _count(size: int, selection: Selection) -> int | None:
 
 def _give(result: Any, metadata: dict, size: int, selection: Selection) -> None:
     """Set a result of a batch's call to the samples of `selection`."""
-    if isinstance(result, MetadataTensor):
-        result.metadata = _select(metadata, selection)
-        result._batch_size = _count(size, selection) if len(_shape(result)) else None
+    if not isinstance(result, MetadataTensor):
+        return
+    if type(selection) is int:  # (one sample, the common case)
+        result.metadata = {key: value[selection] for key, value in metadata.items()}
+        result._batch_size = None
+        return
+    result.metadata = _select(metadata, selection)
+    count = _count(size, selection)
+    result._batch_size = count if count is not None and len(_shape(result)) else None
 
 
 # -- which samples a call takes -------------------------------------------------------
@@ -126,108 +129,6 @@ def _is_dim0(dim: Any, ndim: int) -> bool:
     except TypeError:
         return False  # a dimension name: not dim 0 of a batch of unnamed dims
     return ndim > 0 and dim % ndim == 0
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _as_int(entry: Any) -> int | None:
-    """An index entry that picks one position (an int, or a 0-d integer tensor, which
-    indexing reads as one), as an int; else None."""
-    if _is_int(entry):
-        return entry
-    if isinstance(entry, Tensor) and entry.dim() == 0 and entry.dtype != torch.bool:
-        if not entry.is_floating_point() and not entry.is_complex():
-            return int(entry)
-    return None
-
-
-def _is_advanced(entry: Any) -> bool:
-    """An index entry that advanced indexing reads (a tensor, a list, a bool)."""
-    return isinstance(entry, (Tensor, list, tuple, bool)) and _as_int(entry) is None
-
-
-def _adds_a_dim(entry: Any) -> bool:
-    """None, True/False and 0-d bool tensors: index entries that add a dim of size 1 (or
-    0) and take up none."""
-    if entry is None or isinstance(entry, bool):
-        return True
-    return isinstance(entry, Tensor) and entry.dtype == torch.bool and entry.dim() == 0
-
-
-def _consumes(entry: Any) -> int:
-    """How many dims of the indexed tensor an index entry takes up."""
-    if entry is None or entry is Ellipsis or isinstance(entry, bool):
-        return 0
-    if isinstance(entry, Tensor) and entry.dtype == torch.bool:
-        return entry.dim()
-    return 1
-
-
-class _Mixed:
-    """A result whose dim 0 does not hold the samples one by one: one tensor, not a
-    batch, with the batch's metadata whole."""
-
-
-_MIXED = _Mixed()
-
-
-def _index_selection(index: Any, size: int, ndim: int) -> Selection | _Mixed:
-    """The samples ``batch[index]`` takes along dim 0: an int for one sample, a slice or a
-    list of them, None where dim 0 is left whole, _MIXED where the result's dim 0 no
-    longer holds the samples one by one (a new dim in front, several index tensors of
-    more than one dim)."""
-    if (
-        isinstance(index, list)
-        and len(index) < 32
-        and any(
-            isinstance(e, (Tensor, list, tuple, slice)) or e is None or e is Ellipsis for e in index
-        )
-    ):
-        index = tuple(index)  # (as torch reads such a list, for now: deprecated)
-    entries = list(index) if isinstance(index, tuple) else [index]
-    moved = False
-    while entries and _adds_a_dim(entries[0]):
-        moved = True  # a new dim in front of the samples
-        entries.pop(0)
-    if entries and entries[0] is Ellipsis:
-        if sum(_consumes(e) for e in entries) < ndim:
-            return _MIXED if moved else _whole_dim0(entries)
-        entries.pop(0)  # an ellipsis that stands for no dim
-    first = entries[0] if entries else slice(None)
-    one = _as_int(first)
-    if one is not None:
-        return one % size  # (the call itself refused an index out of range)
-    if moved:
-        return _MIXED
-    if isinstance(first, slice):
-        if _whole_dim0(entries) is _MIXED:
-            return _MIXED
-        return None if first == slice(None) else first
-    advanced = [e for e in entries if _is_advanced(e)]
-    if any(_adds_a_dim(e) for e in advanced):
-        return _MIXED
-    picks = [e if isinstance(e, Tensor) else torch.tensor(e) for e in advanced]
-    if picks[0].numel() == 0:
-        return []
-    if picks[0].dtype == torch.bool:
-        if len(picks) > 1:
-            return _MIXED
-        return picks[0].nonzero()[:, 0].tolist()
-    if any(p.dtype == torch.bool for p in picks):
-        return _MIXED
-    samples = torch.broadcast_tensors(*picks)[0] if len(picks) > 1 else picks[0]
-    if samples.dim() != 1:
-        return _MIXED
-    return [i % size for i in samples.tolist()]
-
-
-def _whole_dim0(entries: list) -> None | _Mixed:
-    """Dim 0 untouched by the index: None where the result keeps it in front, _MIXED where
-    advanced indexing moves other dims before it (index tensors apart from each other)."""
-    at = [k for k, e in enumerate(entries) if _is_advanced(e)]
-    return None if not at or at[-1] - at[0] == len(at) - 1 else _MIXED
 
 
 def _split_selections(func, args, kwargs, results, size) -> list[Selection] | None:
@@ -263,32 +164,38 @@ def _batch_argument(func, args, kwargs) -> Any:
     return argument(func, args, kwargs, 0)
 
 
-def _checked(batch: Any, what: str = "batch") -> tuple[dict, int] | None:
+def _checked(batch: Any, what: str = "batch") -> tuple[dict, int, int] | None:
+    """(metadata, batch size, number of dims) of a batch whose metadata holds its samples
+    (else ValueError); None for anything that is not a batch."""
     size = batch_size_of(batch)
     if size is None:
         return None
     metadata = metadata_of(batch) or {}
     shape = _shape(batch)
     check_batch(metadata, size, shape[0] if shape else 0, what)
-    return metadata, size
+    return metadata, size, len(shape)
 
 
 def _getitem(cls, func, types, args, kwargs):
     batch = args[0]
-    found = _checked(batch)
-    if found is None:
+    size = batch_size_of(batch)
+    if size is None:
         return NotImplemented
-    metadata, size = found
-    index = argument(func, args, kwargs, 1, None)
-    if all(issubclass(t, MetadataTensor) for t in types) and not kwargs:
-        # (the common case, without the fallback's walks over the arguments and results:
-        # indexing writes nothing and returns one new view)
-        with torch._C.DisableTorchFunctionSubclass():
-            out = Tensor.__getitem__(batch, index).as_subclass(cls)
-    else:
+    metadata = metadata_of(batch) or {}
+    index = args[1] if len(args) == 2 else argument(func, args, kwargs, 1, None)
+    # (the common case, without the fallback's walks over the arguments and results:
+    # indexing writes nothing and returns one new view)
+    direct = not kwargs and (
+        (len(types) == 1 and types[0] is cls) or all(issubclass(t, MetadataTensor) for t in types)
+    )
+    with torch._C.DisableTorchFunctionSubclass():
+        shape = batch.shape
+        check_batch(metadata, size, shape[0] if shape else 0)
+        out = Tensor.__getitem__(batch, index).as_subclass(cls) if direct else None
+    if out is None:
         out = _plain_fallback(cls, func, types, args, kwargs)
-    selection = _index_selection(index, size, len(_shape(batch)))
-    if selection is _MIXED:
+    selection = index_selection(index, size, len(shape))
+    if selection is MIXED:
         if isinstance(out, MetadataTensor):
             out.metadata, out._batch_size = dict(metadata), None
         return out
@@ -306,9 +213,9 @@ def _taking_apart(pick: Callable) -> Callable:
         found = _checked(batch)
         if found is None:
             return NotImplemented
-        metadata, size = found
+        metadata, size, ndim = found
         out = _plain_fallback(cls, func, types, args, kwargs)
-        for piece, selection in pick(func, args, kwargs, out, size, len(_shape(batch))):
+        for piece, selection in pick(func, args, kwargs, out, size, ndim):
             _give(piece, metadata, size, selection)
         return out
 
@@ -384,26 +291,31 @@ def _cat(cls, func, types, args, kwargs):
     ndim = max(len(shape) for shape in shapes)
     if not _is_dim0(dim, ndim):
         return NotImplemented
-    joined = [t for t, shape in zip(tensors, shapes) if shape != (0,)]  # (torch skips)
-    sizes = [batch_size_of(t) for t in joined]
+    sizes = [batch_size_of(t) for t in tensors]
     if all(s is None for s in sizes):
         return NotImplemented
-    if None in sizes:
-        k = sizes.index(None)
-        raise ValueError(
-            f"torch.cat along dim 0 of MetadataTensor batches: tensor {k} is not a batch "
-            "(its rows would have no sample's metadata); make it one (set its batch_size "
-            "and one metadata entry per sample) or join plain tensors"
-        )
+    # A tensor that is not a batch joins no samples where it has no rows: torch skips a
+    # 1-D empty tensor, and a (0, ...) one adds none (the accumulator idiom,
+    # torch.cat([torch.empty(0, D), b])).
+    joined = [
+        k for k, shape in enumerate(shapes) if sizes[k] is not None or not shape or shape[0] != 0
+    ]
+    for k in joined:
+        if sizes[k] is None:
+            raise ValueError(
+                f"torch.cat along dim 0 of MetadataTensor batches: tensor {k} is not a batch "
+                "(its rows would have no sample's metadata); make it one (set its batch_size "
+                "and one metadata entry per sample) or join plain tensors"
+            )
     dicts = []
-    for k, t in enumerate(joined):
-        metadata = metadata_of(t) or {}
-        check_batch(metadata, sizes[k], _shape(t)[0], f"batch (tensor {k} of torch.cat)")
+    for k in joined:
+        metadata = metadata_of(tensors[k]) or {}
+        check_batch(metadata, sizes[k], shapes[k][0], f"batch (tensor {k} of torch.cat)")
         dicts.append(metadata)
     _check_same_keys(dicts, "torch.cat of MetadataTensor batches", "tensor", "batches joined")
     out = _plain_fallback(cls, func, types, args, kwargs)
     metadata = {key: _join([d[key] for d in dicts]) for key in dicts[0]}
-    out.metadata, out._batch_size = metadata, sum(sizes)
+    out.metadata, out._batch_size = metadata, sum(sizes[k] for k in joined)
     return out
 
 
@@ -464,15 +376,21 @@ def _check_same_keys(dicts: list[dict], who: str, item: str, holders: str) -> No
 
 def _samples_metadata(items: Sequence, who: str) -> list[dict]:
     """Each sample's metadata (a plain tensor's: none); ValueError unless every sample
-    has the same keys."""
+    has the same keys. Samples that are batches (a stack of batches: a batch of steps,
+    each step one of them) must all be, each holding its samples' metadata."""
     dicts = [dict(metadata_of(t) or {}) if isinstance(t, MetadataTensor) else {} for t in items]
+    sizes = [batch_size_of(t) for t in items]
+    if any(size is not None for size in sizes):
+        for i, size in enumerate(sizes):
+            if size is None:
+                k = next(k for k, s in enumerate(sizes) if s is not None)
+                raise ValueError(
+                    f"{who}: sample {i} is not a batch, sample {k} is a batch of {sizes[k]} "
+                    "samples; a stack of batches (a batch of steps) takes batches only "
+                    "(join a batch with more samples by torch.cat along dim 0)"
+                )
+            check_batch(dicts[i], size, _shape(items[i])[0], f"batch (sample {i} of {who})")
     _check_same_keys(dicts, who, "sample", "samples of a batch (a plain tensor has none)")
-    for i in range(len(items)):
-        if batch_size_of(items[i]) is not None:
-            raise ValueError(
-                f"{who}: sample {i} is itself a batch of {batch_size_of(items[i])} samples; "
-                "join batches with torch.cat along dim 0"
-            )
     return dicts
 
 
@@ -491,13 +409,12 @@ def _carrier_class(items: Sequence) -> type:
 
 
 def _stack(tensors, dim=0, *, out=None):
-    """torch.stack of samples along dim 0: the batch default_collate makes of them."""
+    """torch.stack of samples along dim 0: the batch default_collate makes of them (of
+    batches: the batch of steps, each step one of them)."""
     items = list(tensors)
     if out is not None or not items or not isinstance(dim, int):
         return NotImplemented
-    if not _is_dim0(dim, len(_shape(items[0])) + 1) or any(
-        batch_size_of(t) is not None for t in items
-    ):
+    if not _is_dim0(dim, len(_shape(items[0])) + 1):
         return NotImplemented
     cls = _carrier_class(items)
     metadata = _batched(_samples_metadata(items, "torch.stack"))

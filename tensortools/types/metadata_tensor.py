@@ -9,9 +9,10 @@ from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
+from torch.overrides import _is_torch_function_mode_enabled
 from torch.utils._pytree import tree_leaves
 
-from tensortools._settings import ClassSetting
+from tensortools._settings import OVERRIDES, ClassSetting
 from tensortools.coverage import spec as coverage_spec
 from tensortools.dispatch import TensorWrapper
 from tensortools.dispatch.wrapper import (
@@ -119,6 +120,21 @@ class MetadataTensor(TensorWrapper):
         check_batch(context, batch_size, _rows(data))
         return cls.wrap(data, context)
 
+    def __getitem__(self, index: Any) -> Tensor:
+        # A batch's b[i] and b[i:j] (a per-sample loop's call) straight to the batch
+        # rule, without torch's round trip through __torch_function__ (which cost three
+        # times a plain MetadataTensor's index), where nothing else could see the call:
+        # no TorchFunctionMode, and the fallback as the compiled path would take it.
+        if (
+            (type(index) is int or type(index) is slice)
+            and getattr(self, "_batch_size", None) is not None
+            and not _is_torch_function_mode_enabled()
+            and _plain_fallback_holds(type(self), _GETITEM, (type(self),))
+        ):
+            cls = type(self)
+            return cls.fallback(_GETITEM, (cls,), (self, index), {})
+        return _GETITEM(self, index)
+
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         with torch._C.DisableTorchFunctionSubclass():
             data = Tensor.__repr__(self.as_subclass(Tensor))
@@ -202,8 +218,13 @@ class MetadataTensor(TensorWrapper):
         # order, also inside lists and tuples (not inside dicts: see argument_tensors).
         # A batch among them passes its size on when it is the first (whose metadata
         # the "first" policy keeps).
+        return cls._context_of(argument_tensors(args, kwargs))
+
+    @classmethod
+    def _context_of(cls, tensors: list) -> dict:
+        """context, given the call's argument tensors (argument_tensors)."""
         found, size = [], None
-        for a in argument_tensors(args, kwargs):
+        for a in tensors:
             metadata = metadata_of(a) if issubclass(type(a), MetadataTensor) else None
             if metadata is not None:
                 if not found:
@@ -234,7 +255,14 @@ class MetadataTensor(TensorWrapper):
             result = rule(cls, func, types, args, kwargs)
             if result is not NotImplemented:
                 return result
-        return settle(func, args, kwargs, super().fallback(func, types, args, kwargs))
+        # (the arguments walked once, for the context, the wrap and the rule alike)
+        tensors = argument_tensors(args, kwargs)
+        if getattr(cls.context, "__func__", None) is _OWN_CONTEXT:
+            context = cls._context_of(tensors)
+        else:
+            context = cls.context(func, args, kwargs)
+        out = cls._run_and_wrap(func, types, args, kwargs, tensors, context)
+        return settle(func, args, kwargs, out, tensors)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -275,6 +303,10 @@ class MetadataTensor(TensorWrapper):
     @classmethod
     def _python_torch_function(cls, func, types, args=(), kwargs=None):
         """__torch_function__ in Python: every call the compiled path does not take."""
+        if _plain_fallback_holds(cls, func, types):
+            # (a batch's call, which the compiled path leaves here with every setting at
+            # its process-wide value: the fallback, without the walk through the table)
+            return cls.fallback(func, types, args, kwargs or {})
         if _TRACKING.value_for(cls):
             return super()._python_torch_function(func, types, args, kwargs)
         return cls.call_plain(func, types, args, kwargs or {})[0]
@@ -284,6 +316,34 @@ class MetadataTensor(TensorWrapper):
 # ClassSetting.value_for).
 _MERGE_POLICY: ClassSetting = MetadataTensor.__dict__["_merge_policy"]
 _TRACKING: ClassSetting = MetadataTensor.__dict__["_tracking"]
+
+
+_OWN_CONTEXT = MetadataTensor.context.__func__
+_GETITEM = Tensor.__getitem__
+
+
+def _plain_fallback_holds(cls: type, func: Callable, types: tuple) -> bool:
+    """Whether cls's call of func takes the fallback as the compiled path would run it:
+    the record's kind WRAP_METADATA (the hooks kept, tracking on, the policy "fallback",
+    the merge policy "first"), no setting overridden in the thread, no handler for func,
+    subclass dispatch on, and no type but cls's own kin among the arguments (so no type
+    that observes calls)."""
+    kind, handlers = cls._fast[:2]  # (a WrapperRecord: its kind, its handler table)
+    return (
+        not torch.compiler.is_compiling()  # (traced: the whole path, as written)
+        and kind == _WRAP_METADATA
+        and OVERRIDES.value is None
+        and func not in handlers
+        and torch._C._is_torch_function_enabled()
+        and ((len(types) == 1 and types[0] is cls) or _kin(cls, types))
+    )
+
+
+def _kin(cls: type, types: tuple) -> bool:
+    return all(issubclass(t, cls) or issubclass(cls, t) for t in types)
+
+
+_WRAP_METADATA = int(WrapperPath.WRAP_METADATA)
 
 
 def _check_merge_policy(policy: Any) -> None:
