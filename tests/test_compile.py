@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs
+from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs, ops
 from tensortools.bench.dispatch import _chain
 from tensortools.dispatch import TensorWrapper
 
@@ -397,3 +397,47 @@ def test_a_compiled_call_over_a_metadata_tensor_warns_nothing():
         out = torch.compile(lambda t: (t * 2).sin() + t, fullgraph=True, backend="eager")(x)
     assert isinstance(out, MetadataTensor) and out.metadata == {"k": 1}
     torch.testing.assert_close(out.as_subclass(torch.Tensor), (x * 2).sin() + x)
+
+
+def _operator_calls():
+    """(name, fn, args): each of tensortools.ops called with a MetadataTensor first."""
+    m = MetadataTensor(torch.randn(4, 3, dtype=torch.float64), metadata={"k": 1})
+    w = torch.randn(9, 6, dtype=torch.float64)
+    h = torch.zeros(4, 3, dtype=torch.float64)
+    seq = MetadataTensor(torch.randn(5, 4, 3, dtype=torch.float64), metadata={"k": 2})
+    image = MetadataTensor(torch.randn(2, 3, 5, 5, dtype=torch.float64), metadata={"k": 3})
+    kernel = torch.randn(4, 3, 3, 3, dtype=torch.float64)
+    square = MetadataTensor(torch.randn(3, 3, dtype=torch.float64), metadata={"k": 4})
+    calls = {
+        "add_diagonal": (lambda a: ops.add_diagonal(a, 2.0), (square,)),
+        "scale": (lambda a: ops.scale(a, 2.0), (m,)),
+        "axpby": (lambda a, b: ops.axpby(a, b, 2.0, 3.0), (m, torch.ones(4, 3, dtype=m.dtype))),
+        "graph_conv": (
+            lambda a, x: ops.graph_conv(a, x, torch.ones(3, 2, dtype=x.dtype)),
+            (square, torch.randn(3, 3, dtype=torch.float64)),
+        ),
+        "lltm": (lambda x: ops.lltm(x, w, torch.zeros(9, dtype=w.dtype), h, h), (m,)),
+        "lltm_sequence": (
+            lambda x: ops.lltm_sequence(x, w, torch.zeros(9, dtype=w.dtype), h, h),
+            (seq,),
+        ),
+        "fused_conv_bn2d": (lambda x: ops.fused_conv_bn2d(x, kernel, padding=1), (image,)),
+    }
+    assert set(calls) == set(ops.__all__), "an operator without a compiled call here"
+    return [pytest.param(fn, args, id=name) for name, (fn, args) in calls.items()]
+
+
+@pytest.mark.parametrize("fn,args", _operator_calls())
+def test_every_operator_over_a_metadata_tensor_is_one_graph_as_eager(fn, args):
+    """Traced, an operator's Python entry point asks has_torch_function, which torch.compile
+    answers with no regard for the fallback's disabled subclass dispatch: the call came
+    back to MetadataTensor until torch raised "no implementation found" (fullgraph) or
+    broke the graph with a warning."""
+    eager = fn(*args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compiled = torch.compile(fn, fullgraph=True, backend="eager")(*args)
+    eager, compiled = (r if isinstance(r, tuple) else (r,) for r in (eager, compiled))
+    for want, got in zip(eager, compiled, strict=True):
+        assert type(got) is type(want) and got.metadata == want.metadata
+        torch.testing.assert_close(plain(got), plain(want), rtol=0, atol=0)

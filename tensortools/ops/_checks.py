@@ -7,12 +7,25 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.overrides import has_torch_function
 
 
 def _is_dtensor(arg: Tensor) -> bool:
     # No DTensor exists before torch.distributed.tensor is imported: no import cost here.
     module = sys.modules.get("torch.distributed.tensor")
     return module is not None and isinstance(arg, module.DTensor)
+
+
+def overridden(args: tuple) -> bool:
+    """Whether an operator's call goes to ``__torch_function__`` first: ``has_torch_function``,
+    asked only while torch function dispatch is on. torch.compile answers
+    ``has_torch_function`` with no regard for a caller's ``DisableTorchFunctionSubclass``
+    (a type's fallback running the operator on its instances as plain tensors), so a traced
+    call came back to the type until torch raised "no implementation found". Eager, both
+    answer alike."""
+    return has_torch_function(args) and (
+        torch._C._is_torch_function_enabled() or torch._C._is_torch_function_mode_enabled()
+    )
 
 
 def check_tensors(fn_name: str, names: tuple[str, ...], args: tuple) -> None:

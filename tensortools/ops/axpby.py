@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.overrides import handle_torch_function, has_torch_function
+from torch.overrides import handle_torch_function
 
 from tensortools.ops._autograd import register
-from tensortools.ops._checks import check_number, check_tensors
+from tensortools.ops._checks import check_number, check_tensors, overridden
 
 __all__ = ["axpby"]
 
@@ -15,7 +15,7 @@ __all__ = ["axpby"]
 def axpby(x: Tensor, y: Tensor, alpha: float, beta: float) -> Tensor:
     """``alpha * x + beta * y`` in one pass. ``x`` and ``y`` have one floating dtype and
     broadcast as torch does; the result has their broadcast shape."""
-    if has_torch_function((x, y)):
+    if overridden((x, y)):
         return handle_torch_function(axpby, (x, y), x, y, alpha, beta)
     check_tensors("axpby", ("x", "y"), (x, y))
     check_number("axpby", "alpha", alpha)

@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import forward_ad
-from torch.overrides import handle_torch_function, has_torch_function
+from torch.overrides import handle_torch_function
 
 from tensortools.ops._autograd import _LIB, loop_vmap, no_second_order, register
-from tensortools.ops._checks import check_number, check_tensors
+from tensortools.ops._checks import check_number, check_tensors, overridden
 
 __all__ = ["fused_conv_bn2d"]
 
@@ -55,7 +55,7 @@ def fused_conv_bn2d(
     """
     optional = (running_mean, running_var, gamma, beta)
     relevant = (input, weight) + tuple(t for t in optional if t is not None)
-    if has_torch_function(relevant):
+    if overridden(relevant):
         return handle_torch_function(
             fused_conv_bn2d,
             relevant,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.overrides import handle_torch_function, has_torch_function
+from torch.overrides import handle_torch_function
 
 from tensortools.ops._autograd import loop_vmap, register, save
-from tensortools.ops._checks import check_tensors
+from tensortools.ops._checks import check_tensors, overridden
 
 __all__ = ["graph_conv"]
 
@@ -22,7 +22,7 @@ def graph_conv(adj: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None = Non
     added as it is, as in ``adj @ x @ weight + bias`` there.
     """
     relevant = (adj, x, weight) if bias is None else (adj, x, weight, bias)
-    if has_torch_function(relevant):
+    if overridden(relevant):
         return handle_torch_function(graph_conv, relevant, adj, x, weight, bias)
     check_tensors("graph_conv", ("x", "weight"), (x, weight))
     if not isinstance(adj, Tensor):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.overrides import handle_torch_function, has_torch_function
+from torch.overrides import handle_torch_function
 
 from tensortools.ops._autograd import (
     _LIB,
@@ -17,7 +17,7 @@ from tensortools.ops._autograd import (
     register,
     wants_autograd,
 )
-from tensortools.ops._checks import check_tensors
+from tensortools.ops._checks import check_tensors, overridden
 
 __all__ = ["lltm", "lltm_sequence"]
 
@@ -36,7 +36,7 @@ def lltm(
     A batch of zero rows gives empty results (and zero gradients for weights and bias).
     """
     args = (input, weights, bias, old_h, old_cell)
-    if has_torch_function(args):
+    if overridden(args):
         return handle_torch_function(lltm, args, *args)
     check_tensors("lltm", _LLTM_ARGS, args)
     new_h, new_cell, _, _ = torch.ops.tensortools.lltm_forward.default(*args)
@@ -62,7 +62,7 @@ def lltm_sequence(
     no step's cell or gates kept for backward.
     """
     args = (input, weights, bias, h0, c0)
-    if has_torch_function(args):
+    if overridden(args):
         return handle_torch_function(lltm_sequence, args, *args)
     check_tensors("lltm_sequence", _SEQUENCE_ARGS, args)
     if not wants_autograd(args):

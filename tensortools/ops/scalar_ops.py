@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.overrides import handle_torch_function, has_torch_function
+from torch.overrides import handle_torch_function
 
 from tensortools.ops._autograd import loop_or_fold, loop_vmap, register, save
-from tensortools.ops._checks import check_tensors
+from tensortools.ops._checks import check_tensors, overridden
 
 __all__ = ["add_diagonal", "scale"]
 
@@ -51,7 +51,7 @@ def _as_value(fn_name: str, value: Any, like: Tensor) -> Tensor:
 def add_diagonal(input: Tensor, value: Any) -> Tensor:
     """``input + value * I`` for a square ``input`` (N×N, or a batch ``...×N×N``), in one
     pass. ``value`` is a number or a 0-d tensor; the result has ``input``'s dtype."""
-    if has_torch_function((input, value)):
+    if overridden((input, value)):
         return handle_torch_function(add_diagonal, (input, value), input, value)
     check_tensors("add_diagonal", ("input",), (input,))
     return torch.ops.tensortools.add_diagonal.default(
@@ -62,7 +62,7 @@ def add_diagonal(input: Tensor, value: Any) -> Tensor:
 def scale(input: Tensor, value: Any) -> Tensor:
     """``value * input`` in one pass. ``value`` is a number or a 0-d tensor; the result
     has ``input``'s shape and dtype."""
-    if has_torch_function((input, value)):
+    if overridden((input, value)):
         return handle_torch_function(scale, (input, value), input, value)
     check_tensors("scale", ("input",), (input,))
     return torch.ops.tensortools.scale.default(input, _as_value("scale", value, input))
