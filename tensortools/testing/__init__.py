@@ -32,9 +32,15 @@ from tensortools.testing.leaks import check_leaks
 from tensortools.testing.modules import check_modules
 from tensortools.testing.mutation import check_mutation
 from tensortools.testing.promotion import check_promotion, promotion_samples
-from tensortools.testing.report import Failure, TypeCheckError, TypeCheckReport
-from tensortools.testing.run import Run
-from tensortools.testing.samples import function_names, op_samples
+from tensortools.testing.report import (
+    Failure,
+    FailureGroup,
+    TypeCheckError,
+    TypeCheckReport,
+    Unsupported,
+)
+from tensortools.testing.run import Run, _process_state, _restore_process_state
+from tensortools.testing.samples import Sample, function_names, op_samples
 from tensortools.testing.serialization import check_serialization
 from tensortools.testing.threads import check_threads
 from tensortools.testing.values import check_values_and_types
@@ -42,8 +48,10 @@ from tensortools.testing.values import check_values_and_types
 __all__ = [
     "CHECKS",
     "Failure",
+    "FailureGroup",
     "TypeCheckError",
     "TypeCheckReport",
+    "Unsupported",
     "check_type",
     "parametrize",
     "function_names",
@@ -79,7 +87,7 @@ def check_type(
     make: Make | tuple[Make, Callable[[Any], Tensor]],
     *,
     reference: Callable[[Callable, Tensor, tuple, dict], Any] | None = None,
-    rule: Callable[[Any, Any], str] | None = None,
+    rule: Callable[..., str] | None = None,
     checks: Iterable[str] = CHECKS,
     ops: Iterable[str] | None = None,
     dtypes: Sequence[torch.dtype] = (torch.float32,),
@@ -91,6 +99,8 @@ def check_type(
     settings: Settings | None = None,
     refusals: tuple[type[BaseException], ...] | Callable[[BaseException], bool] = (),
     safe_globals: Sequence[Any] = (),
+    volatile_attrs: Iterable[str] = (),
+    compile_backends: Sequence[str] = ("eager", "aot_eager"),
     progress: bool = True,
     raise_on_failure: bool = True,
 ) -> TypeCheckReport:
@@ -187,10 +197,70 @@ def check_type(
     if not callable(make):
         raise TypeError(f"check_type: 'make' must be callable, got {type(make).__name__}")
     started = time.perf_counter()
-    run = Run(cls, make, densify, reference, rule, settings, refusals)
+    compile_backends = tuple(compile_backends)
+    if isinstance(volatile_attrs, str) or not all(isinstance(a, str) for a in volatile_attrs):
+        raise TypeError("check_type: 'volatile_attrs' must be attribute names (strings)")
+    if not compile_backends or not all(isinstance(b, str) for b in compile_backends):
+        raise TypeError("check_type: 'compile_backends' must name torch.compile backends")
+    run = Run(cls, make, densify, reference, rule, settings, refusals, volatile_attrs)
     run.structured = structured
+    run.compile_backends = compile_backends
     if rule is None:
         run.own_rule = _own_rule(cls)
+    # (the random generator, which the checks seed, and torch's settings, which a type's
+    # calls may change, are put back after the run: no code after it inherits them)
+    options = {
+        "gradcheck_samples": gradcheck_samples,
+        "serialization_samples": serialization_samples,
+        "compile_samples": compile_samples,
+        "safe_globals": safe_globals,
+        "progress": progress,
+    }
+    state = _process_state()
+    try:
+        samples = _run_checks(run, checks, ops, dtypes, max_samples, instances, options)
+    finally:
+        _restore_process_state(state)
+    if not run.made and (samples or "modules" in checks):
+        # (a run on no instance checks nothing: it must not pass)
+        run.failures.append(
+            Failure(
+                "make",
+                "(type)",
+                "-",
+                f"make gave no {cls.__name__} for any sample: nothing was checked "
+                f"({len(run.declined)} samples declined)",
+            )
+        )
+    report = TypeCheckReport(
+        cls.__name__,
+        checks,
+        sorted({s.name for s in samples}),
+        len(samples),
+        run.failures,
+        time.perf_counter() - started,
+        run.refused,
+        run.declined,
+    )
+    if raise_on_failure and report.failures:
+        raise TypeCheckError(report)
+    return report
+
+
+def _run_checks(
+    run: Run,
+    checks: tuple[str, ...],
+    ops: Iterable[str] | None,
+    dtypes: Sequence[torch.dtype],
+    max_samples: int,
+    instances: Sequence[str],
+    options: dict[str, Any],
+) -> list[Sample]:
+    """Every check the run asks for, over the samples; returns the samples."""
+    gradcheck_samples = options["gradcheck_samples"]
+    serialization_samples = options["serialization_samples"]
+    compile_samples = options["compile_samples"]
+    safe_globals = options["safe_globals"]
     samples = list(op_samples(ops, dtypes, max_samples, tuple(instances)))
     if ops is not None:  # a function asked for and never run must not pass unseen
         for name in sorted(set(ops) - {s.name for s in samples}):
@@ -203,7 +273,11 @@ def check_type(
             run.guarded("promotion", s, lambda: check_promotion(run, s))
     # (a bar on stderr once the run has taken PROGRESS_DELAY seconds; tqdm where installed)
     bar = Progress(
-        len(samples), f"check_type({cls.__name__})", progress, unit="sample", delay=PROGRESS_DELAY
+        len(samples),
+        f"check_type({run.cls.__name__})",
+        options["progress"],
+        unit="sample",
+        delay=PROGRESS_DELAY,
     )
     for s in samples:
         bar.step()
@@ -217,7 +291,7 @@ def check_type(
                 "values" in checks or "types" in checks,
             ),
             ("layouts", lambda: check_layouts(run, s), "layouts" in checks and k == 0),
-            ("mutation", lambda: check_mutation(run, s), "mutation" in checks and k == 0),
+            ("mutation", lambda: check_mutation(run, s), "mutation" in checks),
             ("promotion", lambda: check_promotion(run, s), "promotion" in checks and k == 0),
             ("aliases", lambda: check_aliases(run, s), "aliases" in checks),
             # (these two call the function on the sample's input and its further
@@ -249,18 +323,7 @@ def check_type(
         run.guarded("threads", None, lambda: check_threads(run, samples))
     if "modules" in checks:
         run.guarded("modules", None, lambda: check_modules(run, dtypes, max_samples))
-    report = TypeCheckReport(
-        cls.__name__,
-        checks,
-        sorted({s.name for s in samples}),
-        len(samples),
-        run.failures,
-        time.perf_counter() - started,
-        run.refused,
-    )
-    if raise_on_failure and report.failures:
-        raise TypeCheckError(report)
-    return report
+    return samples
 
 
 def _with_safe_globals(classes: Sequence[Any], step: Callable[[], None]) -> None:

@@ -64,8 +64,13 @@ def _check_module(
         if dtype not in info.supported_dtypes("cpu"):
             continue
         try:
-            inputs = info.module_inputs_func(
-                info, device="cpu", dtype=dtype, requires_grad=True, training=True
+            # (seeded: a sample's values never hang on what ran before it)
+            inputs = seeded(
+                lambda: list(
+                    info.module_inputs_func(
+                        info, device="cpu", dtype=dtype, requires_grad=True, training=True
+                    )
+                )
             )
         except Exception:  # a sample generator that fails on this build
             continue

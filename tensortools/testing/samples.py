@@ -10,6 +10,7 @@ sample per choice that `instances` asks for (:data:`INSTANCES`)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ from torch.utils._pytree import tree_flatten, tree_leaves
 
 from tensortools.coverage.samples import op_db
 
-__all__ = ["INSTANCES", "Sample", "function_names", "op_samples", "tensor_leaves"]
+__all__ = ["INSTANCES", "Sample", "function_names", "generated", "op_samples", "tensor_leaves"]
 
 #: Which of a sample's tensors become instances: ``"every"`` tensor at once, the
 #: ``"first"`` alone (the input, or the first tensor of an input list; the first strided
@@ -116,9 +117,7 @@ def op_samples(
             if dtype not in info.supported_dtypes("cpu"):
                 continue
             try:
-                for i, s in enumerate(info.sample_inputs("cpu", dtype)):
-                    if i >= max_samples:
-                        break
+                for i, s in enumerate(generated(info, dtype, max_samples)):
                     if not _runs(s.input):
                         continue
                     args, kwargs = tuple(s.args), dict(s.kwargs)
@@ -132,6 +131,13 @@ def op_samples(
                         yield Sample(info.name, info, i, s.input, args, kwargs, picks, variant)
             except Exception:  # a sample generator that fails on this build
                 continue
+
+
+def generated(info: Any, dtype: torch.dtype, n: int) -> list:
+    """The first `n` of an OpInfo's CPU samples of `dtype`, generated from a seeded
+    generator: a function's samples are the same whatever ran before."""
+    torch.default_generator.manual_seed(0)
+    return list(itertools.islice(info.sample_inputs("cpu", dtype), n))
 
 
 def _runs(input: Any) -> bool:

@@ -20,7 +20,7 @@ def check_values_and_types(run: Run, s: Sample, checks: tuple[str, ...]) -> None
     typed = run.typed_call(s)
     if typed is None:
         return
-    plain = run.plain_call(run.typed_call(s))
+    plain = run.plain_call(typed)  # (of the same instances: `make` runs once per sample)
     try:
         want = seeded(lambda: run.want(fn, plain))
     except Exception:
@@ -41,7 +41,7 @@ def check_values_and_types(run: Run, s: Sample, checks: tuple[str, ...]) -> None
             run.fail("values", s, reason)
         check_in_place(run, s)
     if "types" in checks:
-        problem = run.type_problem(typed, got) or own_rule_problem(run, s, typed, got)
+        problem = run.type_problem(typed, got, fn, typed) or own_rule_problem(run, s, typed, got)
         if problem:
             run.fail("types", s, problem)
 
@@ -77,7 +77,7 @@ def check_in_place(run: Run, s: Sample) -> None:
     if variant is None or typed is None or not isinstance(typed[0], run.cls):
         return
     x, args, kwargs = typed
-    plain, p_args, p_kwargs = run.plain_call(run.typed_call(s))
+    plain, p_args, p_kwargs = run.plain_call(typed)
     if not isinstance(plain, Tensor):
         return
     try:
