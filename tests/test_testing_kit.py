@@ -325,7 +325,11 @@ def test_the_three_types_pass_the_quick_selection(name):
     report = testing.check_type(cls, make, ops=QUICK, **{**options, "checks": checks})
     assert report.passed and report.samples > 0
     if "compile" in options.get("checks", testing.CHECKS):  # compiles afresh per function
-        testing.check_type(cls, make, ops=["add", "sum", "flip"], checks=["compile"])
+        # (the eager backend: MetadataTensor fails under aot_eager, an open finding that
+        # tests/test_testing_compile.py keeps as an expected failure)
+        testing.check_type(
+            cls, make, ops=["add", "sum", "flip"], checks=["compile"], compile_backends=["eager"]
+        )
 
 
 @pytest.mark.slow

@@ -40,7 +40,7 @@ from tensortools.testing.report import (
     Unsupported,
 )
 from tensortools.testing.run import Run, _process_state, _restore_process_state
-from tensortools.testing.samples import Sample, function_names, op_samples
+from tensortools.testing.samples import Sample, SampleHook, function_names, op_samples, shaped
 from tensortools.testing.serialization import check_serialization
 from tensortools.testing.threads import check_threads
 from tensortools.testing.values import check_values_and_types
@@ -51,6 +51,7 @@ __all__ = [
     "FailureGroup",
     "TypeCheckError",
     "TypeCheckReport",
+    "Sample",
     "Unsupported",
     "check_type",
     "parametrize",
@@ -101,25 +102,38 @@ def check_type(
     safe_globals: Sequence[Any] = (),
     volatile_attrs: Iterable[str] = (),
     compile_backends: Sequence[str] = ("eager", "aot_eager"),
+    samples: SampleHook | None = None,
     progress: bool = True,
     raise_on_failure: bool = True,
 ) -> TypeCheckReport:
     """Check that `cls` behaves like the plain computation wherever PyTorch's samples reach.
 
-    `make(plain_tensor)` builds an instance (None where the type has no stand-in for that
-    tensor); a structured type passes ``(make, densify)``, ``densify(instance)`` giving the
+    `make(plain_tensor)` builds an instance: None where the type has no stand-in for that
+    tensor (it stays plain), or it raises :class:`Unsupported` to decline the sample (a
+    dtype, shape or layout the type does not hold): a sample that holds no instance is
+    listed in the report's ``declined``, not failed; a `make` that raises anything else
+    fails that sample alone (check ``make``), and a run in which `make` gave no instance
+    at all fails. `make` runs once per sample and check: the plain tensors a check
+    compares with are those its instances stand for. A structured type passes
+    ``(make, densify)``, ``densify(instance)`` giving the
     plain tensor it stands for (default: the instance as a plain tensor). `reference`,
     when given, computes the expected result from ``(function, plain input, args,
     kwargs)``; by default the function runs on the plain input. `rule(instance, result)`
     says what breaks the type's rules in a result ('' when nothing does); `instance` is
-    the call's first instance. By default floating-point results must be of the type,
+    the call's first instance; a rule with parameters named ``func``, ``args`` and
+    ``kwargs`` is also given the call (``args`` with the input first; ``func`` None and
+    ``args`` empty for a result that is not one call's, as a round trip's), so that
+    "flip flips the mask too" can be said. By default floating-point results must be of the type,
     and where the type registered a rule with its coverage hooks
     (:func:`tensortools.coverage.spec.register`, ``result_problem``), the ``types`` check
     also judges results by it: on the run's own instances where the rule holds for them,
     else on a second run of the sample on instances the hooks make (a rule written for
     the hooks' instances, as MetadataTensor's is for their metadata).
     `ops` restricts the functions (op_db names such as ``"exp"``, ``"flip"``); `dtypes`
-    and `max_samples` pick each function's samples.
+    and `max_samples` pick each function's samples (generated once per run, from a
+    seeded generator, and shared by the checks). `samples`, a function of one
+    :class:`Sample`, shapes them: it returns the sample to run (``s.map_tensors(fn)``,
+    say), several, or None to leave it out.
 
     `instances` says which of a sample's tensors become instances, wherever they sit (the
     input, a list given as the input as in ``torch.cat([a, b])``, further arguments and
@@ -138,13 +152,18 @@ def check_type(
       tensors (transposed where they have two dims or more, every other element of a
       larger tensor, a floating-point tensor expanded from a size-1 slice), equals the
       plain run on tensors of the same layout (op_db's samples are contiguous);
-    - ``mutation``: each function's first sample leaves its instances as they were: the
-      values they stand for, size, strides, dtype and their attributes (in-place and
-      ``out=`` forms, and calls whose plain run changes its input, are left out);
-    - ``promotion``: each function's first int64 and bool sample, and its first float32
+    - ``mutation``: each sample leaves its instances as they were: the values they
+      stand for, size, strides, dtype, ``requires_grad`` and their attributes, less
+      `volatile_attrs` (names of attributes the type changes on its own, as a cache);
+      in-place and ``out=`` forms, and calls whose plain run changes its input, are left
+      out;
+    - ``promotion``: each function's first int64 and bool sample, its first float32
       sample with the other floating-point tensors as float64, int64, a 0-d float64
-      tensor or a Python number, give the plain run's result dtype and values;
-    - ``aliases``: method, operator and reflected-operator forms agree with the function;
+      tensor or a Python number, and its int64 sample with the other int64 tensors as a
+      float Python number or a float32 tensor (``int * 2.5``), give the plain run's
+      result dtype and values;
+    - ``aliases``: method, operator and reflected-operator forms, and the method's
+      varargs spelling (``x.flip(0, 1)`` for ``dims=(0, 1)``), agree with the function;
     - ``binding``: the function and method forms with their positional arguments passed
       by torch's names (``torch.linalg.det(A=x)``, ``x.sum(dim=0)``) and by the NumPy
       aliases torch accepts (``axis=``, ``keepdims=``) agree with the positional call;
@@ -159,14 +178,22 @@ def check_type(
       this check, for a type that does not declare itself with
       ``torch.serialization.add_safe_globals``;
     - ``leaks``: after each function's first sample on fresh instances, its result
-      dropped, nothing keeps the instances (or the tensors they hold as attributes)
-      alive;
+      dropped, nothing keeps the instances, their memory (a plain view of their data)
+      or the tensors they hold as attributes alive;
     - ``threads``: up to 16 deterministic calls, each on one instance shared by 8 threads
       and repeated, give the eager results, and
       each of `settings` (name -> (context-manager factory, reader of the current value))
       restores its value and never leaks into another thread;
     - ``compile``: the first `compile_samples` samples of each function under
-      ``torch.compile`` equal eager (each compiles afresh: this check is the slow one).
+      ``torch.compile`` with each of `compile_backends` (``"eager"`` and
+      ``"aot_eager"`` by default; add ``"inductor"`` for the full form) equal eager on
+      the same instances (each compiles afresh: this check is the slow one); torch's
+      logs are held back while it runs, and a failure gives the real exception.
+
+    Each check puts back the random generator (the checks seed it), warning filters and
+    torch's process-wide settings (default dtype, gradient mode, deterministic
+    algorithms, anomaly detection, threads) as they were; a setting the type's calls
+    changed is a failure.
 
     A function named in `ops` that has no sample to run is a failure (it would otherwise
     pass untested).
@@ -179,8 +206,8 @@ def check_type(
     `progress` shows a bar of the samples on stderr (tqdm, where installed) once the run
     has taken :data:`PROGRESS_DELAY` seconds.
 
-    Returns a :class:`TypeCheckReport`; raises a :class:`TypeCheckError` listing every
-    failure unless ``raise_on_failure=False``.
+    Returns a :class:`TypeCheckReport` (``summary()``: the failures grouped by cause);
+    raises a :class:`TypeCheckError` with that summary unless ``raise_on_failure=False``.
     """
     checks = tuple(checks)
     unknown = [c for c in checks if c not in CHECKS]
@@ -200,6 +227,10 @@ def check_type(
     compile_backends = tuple(compile_backends)
     if isinstance(volatile_attrs, str) or not all(isinstance(a, str) for a in volatile_attrs):
         raise TypeError("check_type: 'volatile_attrs' must be attribute names (strings)")
+    if samples is not None and not callable(samples):
+        raise TypeError(
+            f"check_type: 'samples' must be a function of a Sample, got {type(samples).__name__}"
+        )
     if not compile_backends or not all(isinstance(b, str) for b in compile_backends):
         raise TypeError("check_type: 'compile_backends' must name torch.compile backends")
     run = Run(cls, make, densify, reference, rule, settings, refusals, volatile_attrs)
@@ -215,6 +246,7 @@ def check_type(
         "compile_samples": compile_samples,
         "safe_globals": safe_globals,
         "progress": progress,
+        "samples": samples,
     }
     state = _process_state()
     try:
@@ -261,7 +293,8 @@ def _run_checks(
     serialization_samples = options["serialization_samples"]
     compile_samples = options["compile_samples"]
     safe_globals = options["safe_globals"]
-    samples = list(op_samples(ops, dtypes, max_samples, tuple(instances)))
+    hook = options["samples"]
+    samples = shaped(op_samples(ops, dtypes, max_samples, tuple(instances)), hook)
     if ops is not None:  # a function asked for and never run must not pass unseen
         for name in sorted(set(ops) - {s.name for s in samples}):
             run.failures.append(
@@ -269,7 +302,7 @@ def _run_checks(
             )
     seen: dict = {}  # samples so far per function: the costly checks take the first
     if "promotion" in checks:  # (integer and bool samples: for this check alone)
-        for s in promotion_samples(ops):
+        for s in shaped(promotion_samples(ops), hook):
             run.guarded("promotion", s, lambda: check_promotion(run, s))
     # (a bar on stderr once the run has taken PROGRESS_DELAY seconds; tqdm where installed)
     bar = Progress(

@@ -39,7 +39,7 @@ def check_aliases(run: Run, s: Sample) -> None:
     if variant is not None:
         forms["method"] = lambda x, a, k: method_of(x, variant)(*a, **k)
         if varargs(s.args, s.kwargs) is not None:
-            forms["method, varargs"] = lambda x, a, k: method_of(x, variant)(*varargs(a, k))
+            forms["varargs method"] = lambda x, a, k: method_of(x, variant)(*varargs(a, k))
     op = s.info.operator_variant
     if op is not None and len(s.args) == 1 and not s.kwargs:
         forms["operator"] = lambda x, a, k: op(x, a[0])
@@ -56,7 +56,7 @@ def check_aliases(run: Run, s: Sample) -> None:
         try:
             got = seeded(lambda: call(*typed))
         except Exception as err:
-            if form.startswith("method") and run.refused_call(err):
+            if form.endswith("method") and run.refused_call(err):
                 run.refuse("aliases", s, err)
             else:
                 run.fail("aliases", s, f"{form} form raised {type(err).__name__}: {err}")

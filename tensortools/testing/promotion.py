@@ -62,9 +62,7 @@ def check_promotion(run: Run, s: Sample) -> None:
     else:
         return
     others = [
-        k
-        for k, t in enumerate(leaves)
-        if k != first and others_of(t) and t.layout == torch.strided
+        k for k, t in enumerate(leaves) if k != first and others_of(t) and t.layout == torch.strided
     ]
     if not others:
         return
