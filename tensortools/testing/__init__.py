@@ -324,7 +324,12 @@ def _run_checks(
                 "values" in checks or "types" in checks,
             ),
             ("layouts", lambda: check_layouts(run, s), "layouts" in checks and k == 0),
-            ("mutation", lambda: check_mutation(run, s), "mutation" in checks),
+            # (with values or types, the mutation check watches their calls)
+            (
+                "mutation",
+                lambda: check_mutation(run, s),
+                "mutation" in checks and not {"values", "types"} & set(checks),
+            ),
             ("promotion", lambda: check_promotion(run, s), "promotion" in checks and k == 0),
             ("aliases", lambda: check_aliases(run, s), "aliases" in checks),
             # (these two call the function on the sample's input and its further

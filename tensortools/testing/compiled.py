@@ -161,7 +161,7 @@ def _compare(run: Run, s: Sample, fn: Callable, arguments: tuple, x: Any, chain:
     if changed and spare is None:
         return
     for backend in run.compile_backends:
-        under = "" if backend == "eager" else f"under backend {backend!r}: "
+        under = "" if backend == "eager" else f"under backend {backend}: "
         inputs = _copy(spare) if changed else arguments
         with _quiet():
             torch._dynamo.reset()

@@ -6,6 +6,7 @@ those the run declares volatile: caches)."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -16,37 +17,50 @@ from tensortools.coverage.samples import seeded
 from tensortools.testing.run import Run, same_value
 from tensortools.testing.samples import Sample
 
-__all__ = ["check_mutation", "same_state"]
+__all__ = ["check_mutation", "same_state", "watch"]
 
 
 def check_mutation(run: Run, s: Sample) -> None:
-    """Skips the in-place and ``out=`` forms, and calls whose plain run changes its own
-    input (a function that writes into its input by design)."""
-    if s.name.endswith("_") or "out" in s.kwargs or s.kwargs.get("inplace"):
-        return
+    """The sample's plain and typed calls, watched (where the values check does not
+    run them already: :func:`watch`)."""
     typed = run.typed_call(s)
     if typed is None:
         return
     plain = run.plain_call(typed)
-    plain_before = [t.clone() for t in _tensors(plain)]
-    try:
-        seeded(lambda: run.want(s.info.op, plain))
-    except Exception:
+    report = watch(run, s, typed, plain)
+    if report is None:
         return
-    if any(not same_value(a, b) for a, b in zip(plain_before, _tensors(plain))):
-        return
-    instances = [x for x in tree_leaves(typed, is_leaf=_is_leaf(run)) if isinstance(x, run.cls)]
-    before = [_snapshot(run, x) for x in instances]
     x, args, kwargs = typed
     try:
+        seeded(lambda: run.want(s.info.op, plain))
         seeded(lambda: s.info.op(x, *args, **kwargs))
     except Exception:
         return  # (the values check reports a call that raises)
-    for k, (instance, was) in enumerate(zip(instances, before)):
-        what = same_state(was, _snapshot(run, instance))
-        if what:
-            which = "the instance" if len(instances) == 1 else f"instance {k}"
-            run.fail("mutation", s, f"the out-of-place call changed {which}'s {what}")
+    report()
+
+
+def watch(run: Run, s: Sample, typed: tuple, plain: tuple) -> Callable[[], None] | None:
+    """Snapshots of a call's instances (and of its plain counterpart's tensors), taken
+    before the two calls run; returns what to call after them, which reports what the
+    typed call changed. None for the in-place and ``out=`` forms; calls whose plain run
+    changes its own input (a function that writes into its input by design) report
+    nothing."""
+    if s.name.endswith("_") or "out" in s.kwargs or s.kwargs.get("inplace"):
+        return None
+    plain_before = [t.clone() for t in _tensors(plain)]
+    instances = [x for x in tree_leaves(typed, is_leaf=_is_leaf(run)) if isinstance(x, run.cls)]
+    before = [_snapshot(run, x) for x in instances]
+
+    def report() -> None:
+        if any(not same_value(a, b) for a, b in zip(plain_before, _tensors(plain))):
+            return
+        for k, (instance, was) in enumerate(zip(instances, before)):
+            what = same_state(was, _snapshot(run, instance))
+            if what:
+                which = "the instance" if len(instances) == 1 else f"instance {k}"
+                run.fail("mutation", s, f"the out-of-place call changed {which}'s {what}")
+
+    return report
 
 
 def _snapshot(run: Run, x: Any) -> dict:
