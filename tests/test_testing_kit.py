@@ -325,7 +325,11 @@ def test_the_three_types_pass_the_quick_selection(name):
     report = testing.check_type(cls, make, ops=QUICK, **{**options, "checks": checks})
     assert report.passed and report.samples > 0
     if "compile" in options.get("checks", testing.CHECKS):  # compiles afresh per function
-        testing.check_type(cls, make, ops=["add", "sum", "flip"], checks=["compile"])
+        # (the eager backend: MetadataTensor fails under aot_eager, an open finding that
+        # tests/test_testing_compile.py keeps as an expected failure)
+        testing.check_type(
+            cls, make, ops=["add", "sum", "flip"], checks=["compile"], compile_backends=["eager"]
+        )
 
 
 @pytest.mark.slow
@@ -344,8 +348,14 @@ def test_the_three_types_over_all_of_op_db(name):
 # --- pytest integration -----------------------------------------------------------------------
 
 
+# (compile's eager backend: MetadataTensor fails under aot_eager, see
+# tests/test_testing_compile.py)
 @testing.parametrize(
-    MetadataTensor, make_metadata(), ops=["exp", "flip", "sum"], rule=metadata_rule
+    MetadataTensor,
+    make_metadata(),
+    ops=["exp", "flip", "sum"],
+    rule=metadata_rule,
+    compile_backends=["eager"],
 )
 def test_one_test_per_function(check, request):
     report = check()
@@ -435,7 +445,11 @@ def _stack_plain(tensors, dim=0, *, out=None):
 
 def test_tensors_in_an_input_list_become_instances():
     report = testing.check_type(
-        MetadataTensor, make_metadata(), ops=["cat", "stack"], rule=metadata_rule
+        MetadataTensor,
+        make_metadata(),
+        ops=["cat", "stack"],
+        rule=metadata_rule,
+        compile_backends=["eager"],  # (MetadataTensor fails under aot_eager: test_testing_compile)
     )
     assert report.functions == ["cat", "stack"]
     # cat([a, b]) runs with both instances, then with the first alone

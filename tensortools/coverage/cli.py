@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from tensortools.coverage.report import report
-from tensortools.coverage.spec import spec_for
+from tensortools.coverage.spec import register, spec_for, wrap_every_tensor
 from tensortools.dispatch import TorchFunctionTable
 
-__all__ = ["main", "resolve_type"]
+__all__ = ["main", "register_make", "resolve_type"]
 
 
 def _own_types() -> dict[str, type]:
@@ -41,6 +43,28 @@ def resolve_type(text: str) -> type:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as err:
         raise ValueError(f"cannot import {text!r}: {err}") from err
+
+
+def _resolve_function(text: str) -> Any:
+    module_name, _, attr = text.rpartition(".")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ValueError(f"--make: cannot import {text!r}: {err}") from err
+    if not callable(fn):
+        raise ValueError(f"--make: {text!r} is not callable")
+    return fn
+
+
+def register_make(cls: type, make: Callable[[torch.Tensor], Any]) -> None:
+    """Register `make` (one tensor -> an instance, or None) as cls's stand-in for every
+    tensor of a sample, for the coverage report and check_type's coverage hooks."""
+
+    def instance(_cls: type, tensor: torch.Tensor) -> Any:
+        x = make(tensor)
+        return tensor if x is None else x
+
+    register(cls, substitute=wrap_every_tensor, instance=instance)
 
 
 _DESCRIPTION = (
@@ -88,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-samples", type=int, default=2, help="op_db samples per operator (default 2)"
     )
     parser.add_argument(
+        "--make",
+        metavar="FUNCTION",
+        help="pkg.module.function making an instance of the type from one tensor (None where "
+        "it has none), for the report and --check alike (default: the type's registered "
+        "spec; for a TensorWrapper, its constructor on the tensor)",
+    )
+    parser.add_argument(
         "--check",
         metavar="CHECKS",
         help="also run tensortools.testing.check_type with these checks (comma-separated, "
@@ -111,8 +142,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--check: unknown checks {unknown}; known: {', '.join(testing.CHECKS)}")
     try:
         types = [resolve_type(t) for t in args.types]
+        make = _resolve_function(args.make) if args.make else None
     except ValueError as err:
         parser.error(str(err))
+    for cls in types if make is not None else []:
+        register_make(cls, make)
     outputs = []
     for cls in types:
         try:

@@ -5,8 +5,16 @@ sample's call, and what its outcomes mean in its own words. Each type registers 
 nearest parent's (the spec's functions receive the class being checked).
 
 A type that registers nothing gets the defaults: a ``TorchFunctionTable`` has no stand-in
-(the report classifies its functions but runs no samples); a ``TensorWrapper`` wraps every
-tensor of a sample as the type and requires every tensor result to be of the type.
+(the report classifies its functions but runs no samples); a ``TensorWrapper`` makes every
+tensor of a sample an instance with its constructor, ``cls(tensor)``, and requires every
+tensor result to be of the type. A type made otherwise says how, once, for both the
+coverage report and :func:`tensortools.testing.check_type` (whose
+``options_from_coverage_hooks`` reads it)::
+
+    register(MyType, instance=lambda cls, tensor: MyType(tensor, unit="m"))
+
+or, from the command line, ``python -m tensortools.coverage pkg.MyType --make
+pkg.make_my_type`` (a function of one tensor).
 """
 
 from __future__ import annotations
@@ -38,7 +46,10 @@ def _no_problem(cls: type, result: Any) -> str:
 
 
 def _as_the_type(cls: type, tensor: Tensor) -> Any:
-    return cls._make(tensor)
+    """The type's own constructor on the tensor, as user code makes an instance (its
+    ``__init__`` runs: attributes it sets are there). A type whose constructor takes
+    more than the tensor registers ``instance=`` (see :func:`register`)."""
+    return cls(tensor)
 
 
 @dataclasses.dataclass(frozen=True)

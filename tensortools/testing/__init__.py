@@ -33,9 +33,15 @@ from tensortools.testing.leaks import check_leaks
 from tensortools.testing.modules import check_modules
 from tensortools.testing.mutation import check_mutation
 from tensortools.testing.promotion import check_promotion, promotion_samples
-from tensortools.testing.report import Failure, TypeCheckError, TypeCheckReport
-from tensortools.testing.run import Run
-from tensortools.testing.samples import function_names, op_samples
+from tensortools.testing.report import (
+    Failure,
+    FailureGroup,
+    TypeCheckError,
+    TypeCheckReport,
+    Unsupported,
+)
+from tensortools.testing.run import Run, _process_state, _restore_process_state
+from tensortools.testing.samples import Sample, SampleHook, function_names, op_samples, shaped
 from tensortools.testing.serialization import check_serialization
 from tensortools.testing.threads import check_threads
 from tensortools.testing.values import check_values_and_types
@@ -43,8 +49,11 @@ from tensortools.testing.values import check_values_and_types
 __all__ = [
     "CHECKS",
     "Failure",
+    "FailureGroup",
     "TypeCheckError",
     "TypeCheckReport",
+    "Sample",
+    "Unsupported",
     "check_type",
     "parametrize",
     "function_names",
@@ -81,7 +90,7 @@ def check_type(
     make: Make | tuple[Make, Callable[[Any], Tensor]],
     *,
     reference: Callable[[Callable, Tensor, tuple, dict], Any] | None = None,
-    rule: Callable[[Any, Any], str] | None = None,
+    rule: Callable[..., str] | None = None,
     checks: Iterable[str] = CHECKS,
     ops: Iterable[str] | None = None,
     dtypes: Sequence[torch.dtype] = (torch.float32,),
@@ -93,25 +102,40 @@ def check_type(
     settings: Settings | None = None,
     refusals: tuple[type[BaseException], ...] | Callable[[BaseException], bool] = (),
     safe_globals: Sequence[Any] = (),
+    volatile_attrs: Iterable[str] = (),
+    compile_backends: Sequence[str] = ("eager", "aot_eager"),
+    samples: SampleHook | None = None,
     progress: bool = True,
     raise_on_failure: bool = True,
 ) -> TypeCheckReport:
     """Check that `cls` behaves like the plain computation wherever PyTorch's samples reach.
 
-    `make(plain_tensor)` builds an instance (None where the type has no stand-in for that
-    tensor); a structured type passes ``(make, densify)``, ``densify(instance)`` giving the
+    `make(plain_tensor)` builds an instance: None where the type has no stand-in for that
+    tensor (it stays plain), or it raises :class:`Unsupported` to decline the sample (a
+    dtype, shape or layout the type does not hold): a sample that holds no instance is
+    listed in the report's ``declined``, not failed; a `make` that raises anything else
+    fails that sample alone (check ``make``), and a run in which `make` gave no instance
+    at all fails. `make` runs once per sample and check: the plain tensors a check
+    compares with are those its instances stand for. A structured type passes
+    ``(make, densify)``, ``densify(instance)`` giving the
     plain tensor it stands for (default: the instance as a plain tensor). `reference`,
     when given, computes the expected result from ``(function, plain input, args,
     kwargs)``; by default the function runs on the plain input. `rule(instance, result)`
     says what breaks the type's rules in a result ('' when nothing does); `instance` is
-    the call's first instance. By default floating-point results must be of the type,
+    the call's first instance; a rule with parameters named ``func``, ``args`` and
+    ``kwargs`` is also given the call (``args`` with the input first; ``func`` None and
+    ``args`` empty for a result that is not one call's, as a round trip's), so that
+    "flip flips the mask too" can be said. By default floating-point results must be of the type,
     and where the type registered a rule with its coverage hooks
     (:func:`tensortools.coverage.spec.register`, ``result_problem``), the ``types`` check
     also judges results by it: on the run's own instances where the rule holds for them,
     else on a second run of the sample on instances the hooks make (a rule written for
     the hooks' instances, as MetadataTensor's is for their metadata).
     `ops` restricts the functions (op_db names such as ``"exp"``, ``"flip"``); `dtypes`
-    and `max_samples` pick each function's samples.
+    and `max_samples` pick each function's samples (generated once per run, from a
+    seeded generator, and shared by the checks). `samples`, a function of one
+    :class:`Sample`, shapes them: it returns the sample to run (``s.map_tensors(fn)``,
+    say), several, or None to leave it out.
 
     `instances` says which of a sample's tensors become instances, wherever they sit (the
     input, a list given as the input as in ``torch.cat([a, b])``, further arguments and
@@ -130,13 +154,18 @@ def check_type(
       tensors (transposed where they have two dims or more, every other element of a
       larger tensor, a floating-point tensor expanded from a size-1 slice), equals the
       plain run on tensors of the same layout (op_db's samples are contiguous);
-    - ``mutation``: each function's first sample leaves its instances as they were: the
-      values they stand for, size, strides, dtype and their attributes (in-place and
-      ``out=`` forms, and calls whose plain run changes its input, are left out);
-    - ``promotion``: each function's first int64 and bool sample, and its first float32
+    - ``mutation``: each sample leaves its instances as they were: the values they
+      stand for, size, strides, dtype, ``requires_grad`` and their attributes, less
+      `volatile_attrs` (names of attributes the type changes on its own, as a cache);
+      in-place and ``out=`` forms, and calls whose plain run changes its input, are left
+      out;
+    - ``promotion``: each function's first int64 and bool sample, its first float32
       sample with the other floating-point tensors as float64, int64, a 0-d float64
-      tensor or a Python number, give the plain run's result dtype and values;
-    - ``aliases``: method, operator and reflected-operator forms agree with the function;
+      tensor or a Python number, and its int64 sample with the other int64 tensors as a
+      float Python number or a float32 tensor (``int * 2.5``), give the plain run's
+      result dtype and values;
+    - ``aliases``: method, operator and reflected-operator forms, and the method's
+      varargs spelling (``x.flip(0, 1)`` for ``dims=(0, 1)``), agree with the function;
     - ``binding``: the function and method forms with their positional arguments passed
       by torch's names (``torch.linalg.det(A=x)``, ``x.sum(dim=0)``) and by the NumPy
       aliases torch accepts (``axis=``, ``keepdims=``) agree with the positional call;
@@ -151,14 +180,22 @@ def check_type(
       this check, for a type that does not declare itself with
       ``torch.serialization.add_safe_globals``;
     - ``leaks``: after each function's first sample on fresh instances, its result
-      dropped, nothing keeps the instances (or the tensors they hold as attributes)
-      alive;
+      dropped, nothing keeps the instances, their memory (a plain view of their data)
+      or the tensors they hold as attributes alive;
     - ``threads``: up to 16 deterministic calls, each on one instance shared by 8 threads
       and repeated, give the eager results, and
       each of `settings` (name -> (context-manager factory, reader of the current value))
       restores its value and never leaks into another thread;
     - ``compile``: the first `compile_samples` samples of each function under
-      ``torch.compile`` equal eager (each compiles afresh: this check is the slow one).
+      ``torch.compile`` with each of `compile_backends` (``"eager"`` and
+      ``"aot_eager"`` by default; add ``"inductor"`` for the full form) equal eager on
+      the same instances (each compiles afresh: this check is the slow one); torch's
+      logs are held back while it runs, and a failure gives the real exception.
+
+    Each check puts back the random generator (the checks seed it), warning filters and
+    torch's process-wide settings (default dtype, gradient mode, deterministic
+    algorithms, anomaly detection, threads) as they were; a setting the type's calls
+    changed is a failure.
 
     A function named in `ops` that has no sample to run is a failure (it would otherwise
     pass untested).
@@ -171,8 +208,8 @@ def check_type(
     `progress` shows a bar of the samples on stderr (tqdm, where installed) once the run
     has taken :data:`PROGRESS_DELAY` seconds.
 
-    Returns a :class:`TypeCheckReport`; raises a :class:`TypeCheckError` listing every
-    failure unless ``raise_on_failure=False``.
+    Returns a :class:`TypeCheckReport` (``summary()``: the failures grouped by cause);
+    raises a :class:`TypeCheckError` with that summary unless ``raise_on_failure=False``.
     """
     checks = tuple(checks)
     unknown = [c for c in checks if c not in CHECKS]
@@ -189,11 +226,77 @@ def check_type(
     if not callable(make):
         raise TypeError(f"check_type: 'make' must be callable, got {type(make).__name__}")
     started = time.perf_counter()
-    run = Run(cls, make, densify, reference, rule, settings, refusals)
+    compile_backends = tuple(compile_backends)
+    if isinstance(volatile_attrs, str) or not all(isinstance(a, str) for a in volatile_attrs):
+        raise TypeError("check_type: 'volatile_attrs' must be attribute names (strings)")
+    if samples is not None and not callable(samples):
+        raise TypeError(
+            f"check_type: 'samples' must be a function of a Sample, got {type(samples).__name__}"
+        )
+    if not compile_backends or not all(isinstance(b, str) for b in compile_backends):
+        raise TypeError("check_type: 'compile_backends' must name torch.compile backends")
+    run = Run(cls, make, densify, reference, rule, settings, refusals, volatile_attrs)
     run.structured = structured
+    run.compile_backends = compile_backends
     if rule is None:
         run.own_rule = _own_rule(cls)
-    samples = list(op_samples(ops, dtypes, max_samples, tuple(instances)))
+    # (the random generator, which the checks seed, and torch's settings, which a type's
+    # calls may change, are put back after the run: no code after it inherits them)
+    options = {
+        "gradcheck_samples": gradcheck_samples,
+        "serialization_samples": serialization_samples,
+        "compile_samples": compile_samples,
+        "safe_globals": safe_globals,
+        "progress": progress,
+        "samples": samples,
+    }
+    state = _process_state()
+    try:
+        samples = _run_checks(run, checks, ops, dtypes, max_samples, instances, options)
+    finally:
+        _restore_process_state(state)
+    if not run.made and (samples or "modules" in checks):
+        # (a run on no instance checks nothing: it must not pass)
+        run.failures.append(
+            Failure(
+                "make",
+                "(type)",
+                "-",
+                f"make gave no {cls.__name__} for any sample: nothing was checked "
+                f"({len(run.declined)} samples declined)",
+            )
+        )
+    report = TypeCheckReport(
+        cls.__name__,
+        checks,
+        sorted({s.name for s in samples}),
+        len(samples),
+        run.failures,
+        time.perf_counter() - started,
+        run.refused,
+        run.declined,
+    )
+    if raise_on_failure and report.failures:
+        raise TypeCheckError(report)
+    return report
+
+
+def _run_checks(
+    run: Run,
+    checks: tuple[str, ...],
+    ops: Iterable[str] | None,
+    dtypes: Sequence[torch.dtype],
+    max_samples: int,
+    instances: Sequence[str],
+    options: dict[str, Any],
+) -> list[Sample]:
+    """Every check the run asks for, over the samples; returns the samples."""
+    gradcheck_samples = options["gradcheck_samples"]
+    serialization_samples = options["serialization_samples"]
+    compile_samples = options["compile_samples"]
+    safe_globals = options["safe_globals"]
+    hook = options["samples"]
+    samples = shaped(op_samples(ops, dtypes, max_samples, tuple(instances)), hook)
     if ops is not None:  # a function asked for and never run must not pass unseen
         for name in sorted(set(ops) - {s.name for s in samples}):
             run.failures.append(
@@ -201,11 +304,15 @@ def check_type(
             )
     seen: dict = {}  # samples so far per function: the costly checks take the first
     if "promotion" in checks:  # (integer and bool samples: for this check alone)
-        for s in promotion_samples(ops):
+        for s in shaped(promotion_samples(ops), hook):
             run.guarded("promotion", s, lambda: check_promotion(run, s))
     # (a bar on stderr once the run has taken PROGRESS_DELAY seconds; tqdm where installed)
     bar = Progress(
-        len(samples), f"check_type({cls.__name__})", progress, unit="sample", delay=PROGRESS_DELAY
+        len(samples),
+        f"check_type({run.cls.__name__})",
+        options["progress"],
+        unit="sample",
+        delay=PROGRESS_DELAY,
     )
     for s in samples:
         bar.step()
@@ -219,7 +326,12 @@ def check_type(
                 "values" in checks or "types" in checks,
             ),
             ("layouts", lambda: check_layouts(run, s), "layouts" in checks and k == 0),
-            ("mutation", lambda: check_mutation(run, s), "mutation" in checks and k == 0),
+            # (with values or types, the mutation check watches their calls)
+            (
+                "mutation",
+                lambda: check_mutation(run, s),
+                "mutation" in checks and not {"values", "types"} & set(checks),
+            ),
             ("promotion", lambda: check_promotion(run, s), "promotion" in checks and k == 0),
             ("aliases", lambda: check_aliases(run, s), "aliases" in checks),
             # (these two call the function on the sample's input and its further
@@ -252,18 +364,7 @@ def check_type(
         run.guarded("threads", None, lambda: check_threads(run, samples))
     if "modules" in checks:
         run.guarded("modules", None, lambda: check_modules(run, dtypes, max_samples))
-    report = TypeCheckReport(
-        cls.__name__,
-        checks,
-        sorted({s.name for s in samples}),
-        len(samples),
-        run.failures,
-        time.perf_counter() - started,
-        run.refused,
-    )
-    if raise_on_failure and report.failures:
-        raise TypeCheckError(report)
-    return report
+    return samples
 
 
 def _with_safe_globals(classes: Sequence[Any], step: Callable[[], None]) -> None:

@@ -69,33 +69,41 @@ def keyword_forms(
     return forms
 
 
-def _state(cls: type, obj: Any) -> list:
+def _state(run: Run, obj: Any) -> list:
     leaves = tree_leaves(obj, is_leaf=lambda x: isinstance(x, torch.Size))
-    return [getattr(t, "__dict__", None) for t in leaves if isinstance(t, cls)]
+    return [run.state(t) for t in leaves if isinstance(t, run.cls)]
 
 
-def _state_differs(cls: type, got: Any, positional: Any) -> str:
+def _state_differs(run: Run, got: Any, positional: Any) -> str:
     """What the type carries beside the values (an instance's attributes: metadata, a
     batch's samples) in the keyword form's results, against the positional form's."""
     try:
-        same = _state(cls, got) == _state(cls, positional)
+        same = _state(run, got) == _state(run, positional)
     except Exception:  # (attributes that cannot be compared: only the values are)
         return ""
     return "" if same else "its results carry other attributes than the positional call's"
 
 
 def check_binding(run: Run, s: Sample) -> None:
-    """The function and method forms of the sample with positional arguments by name."""
-    x, plain = run.typed(s), run.stands_for(s)
+    """The function and method forms of the sample with positional arguments by name,
+    each against the same form called positionally (the method form as user code calls
+    it, bound: ``x.chunk(2)`` against ``x.chunk(chunks=2)``, since a type may override
+    the method in Python, a path the unbound ``torch.Tensor.chunk(x, 2)`` never takes)."""
+    x = run.typed(s)
     if x is None:
         return
+    plain = run.plain_call((x, (), {}))[0]
     forms = {"function": (s.info.op, 0)}
     if s.info.method_variant is not None:
         forms["method"] = (s.info.method_variant, 1)
     for form, (fn, first) in forms.items():
+        bound = method_of(x, fn) if form == "method" else None
         try:
             want = seeded(lambda: fn(plain, *s.args, **s.kwargs))
-            positional = seeded(lambda: fn(x, *s.args, **s.kwargs))
+            if bound is not None:
+                positional = seeded(lambda: bound(*s.args, **s.kwargs))
+            else:
+                positional = seeded(lambda: fn(x, *s.args, **s.kwargs))
         except Exception:
             continue  # refused positionally: the values check reports that
         if s.name in UNDEFINED_VALUES:
@@ -103,19 +111,18 @@ def check_binding(run: Run, s: Sample) -> None:
         for label, args, kwargs in keyword_forms(fn, first, [plain, *s.args], s.kwargs, want):
             typed_args = (x, *args[1:]) if args else ()
             typed_kwargs = {k: (x if v is plain else v) for k, v in kwargs.items()}
-            if form == "method":  # (how user code calls it: x.sum(dim=0))
-                call, typed_args = method_of(x, fn), typed_args[1:]
-            else:
-                call = fn
+            call = fn
+            if bound is not None:  # (how user code calls it: x.sum(dim=0))
+                call, typed_args = bound, typed_args[1:]
             try:
                 got = seeded(lambda: call(*typed_args, **typed_kwargs))
             except Exception as err:
                 run.fail("binding", s, f"{form} form {label}: raised {type(err).__name__}: {err}")
                 continue
             reason = compare_results(run.plain(got), want, exact=False)
-            if not reason and not run.type_problem(x, positional):
-                problem = run.type_problem(x, got)
+            if not reason and not run.type_problem(x, positional, s.info.op, (x, s.args, s.kwargs)):
+                problem = run.type_problem(x, got, s.info.op, (x, s.args, s.kwargs))
                 reason = problem and f"its result: {problem}"
-            reason = reason or _state_differs(run.cls, got, positional)
+            reason = reason or _state_differs(run, got, positional)
             if reason:
                 run.fail("binding", s, f"{form} form {label}: {reason}")

@@ -1,6 +1,7 @@
 """The ``leaks`` check: once an out-of-place call's result is dropped, nothing keeps its
-instances alive (a handler that stores its inputs in a cache, a list or a closure holds
-their memory for the life of the process)."""
+instances, or their memory, alive (a handler that stores its inputs, or a plain view of
+their data, in a cache, a list or a closure holds their memory for the life of the
+process)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_leaves
 
 from tensortools.coverage.samples import seeded
@@ -33,12 +35,12 @@ def check_leaks(run: Run, samples: list[Sample]) -> None:
             watched.append((s, refs))
     gc.collect()
     for s, refs in watched:
-        alive = [what for what, ref in refs if ref() is not None]
+        alive = [what for what, ref in refs if _alive(ref)]
         if alive:
             run.fail("leaks", s, f"still alive after the call and its result are gone: {alive}")
 
 
-def _call_and_drop(run: Run, s: Sample) -> list[tuple[str, weakref.ref]]:
+def _call_and_drop(run: Run, s: Sample) -> list[tuple[str, Any]]:
     """Weak references to the instances of a call of `s` (and to the tensors they hold
     as attributes), made after the call ran and its result was dropped; [] where the
     call does not run."""
@@ -53,17 +55,52 @@ def _call_and_drop(run: Run, s: Sample) -> list[tuple[str, weakref.ref]]:
     refs = []
     leaves = tree_leaves(typed, is_leaf=lambda v: isinstance(v, (torch.Size, run.cls)))
     for k, instance in enumerate(v for v in leaves if isinstance(v, run.cls)):
-        refs.extend(_refs(f"instance {k}", instance))
+        refs.extend(_refs(run, f"instance {k}", instance))
     return refs
 
 
-def _refs(name: str, instance: Any) -> list[tuple[str, weakref.ref]]:
-    refs = []
+def _alive(ref: Any) -> bool:
+    return not ref.expired() if isinstance(ref, StorageWeakRef) else ref() is not None
+
+
+def _refs(run: Run, name: str, instance: Any) -> list[tuple[str, Any]]:
+    """Weak references to the instance, to the storage of the data it stands for (a
+    view of it kept anywhere keeps that alive), and to its tensor attributes."""
+    refs: list[tuple[str, Any]] = []
     try:
         refs.append((name, weakref.ref(instance)))
     except TypeError:  # a type without weak references: its tensors still tell
         pass
+    tensors = [(f"{name}'s memory", _data(run, instance))]
     for key, value in getattr(instance, "__dict__", {}).items():
         if isinstance(value, Tensor):
             refs.append((f"{name}'s {key}", weakref.ref(value)))
+            tensors.append((f"{name}'s {key}'s memory", value))
+    for what, t in tensors:
+        storage = _storage(t)
+        if storage is not None:
+            refs.append((what, StorageWeakRef(storage)))
     return refs
+
+
+def _data(run: Run, instance: Any) -> Any:
+    """The tensor an instance holds its values in: the instance itself for a subclass,
+    else (a tensor-like type) what densify gives where it is not a copy of them."""
+    if isinstance(instance, Tensor):
+        return instance
+    try:
+        return run.densify(instance)
+    except Exception:
+        return None
+
+
+def _storage(t: Any) -> Any:
+    if not isinstance(t, Tensor):
+        return None
+    try:
+        with torch._C.DisableTorchFunctionSubclass():
+            if t.layout != torch.strided or t.device.type == "meta":
+                return None
+            return t.untyped_storage()
+    except Exception:  # (a wrapper subclass without storage of its own)
+        return None

@@ -64,8 +64,13 @@ def _check_module(
         if dtype not in info.supported_dtypes("cpu"):
             continue
         try:
-            inputs = info.module_inputs_func(
-                info, device="cpu", dtype=dtype, requires_grad=True, training=True
+            # (seeded: a sample's values never hang on what ran before it)
+            inputs = seeded(
+                lambda: list(
+                    info.module_inputs_func(
+                        info, device="cpu", dtype=dtype, requires_grad=True, training=True
+                    )
+                )
             )
         except Exception:  # a sample generator that fails on this build
             continue
@@ -94,7 +99,7 @@ def module_infos() -> Iterator[tuple[str, Any]]:
 def _check_sample(run: Run, s: ModuleSample, cls: type, module_input: Any, dtype) -> bool:
     """One sample, on the type and plain; False where it could not run (no instance, or
     the plain run raises)."""
-    calls = _calls(run, module_input.forward_input)
+    calls = _calls(run, s, module_input.forward_input)
     if calls is None:
         return False
     ctor = module_input.constructor_input
@@ -132,7 +137,7 @@ def _check_sample(run: Run, s: ModuleSample, cls: type, module_input: Any, dtype
     return True
 
 
-def _calls(run: Run, forward_input: Any) -> tuple | None:
+def _calls(run: Run, s: ModuleSample, forward_input: Any) -> tuple | None:
     """The forward input's flat tensors and arguments with every tensor `make` has an
     instance for made into one, their plain counterparts (fresh copies: a module may
     change its input in place), the tree spec, and the flat positions whose gradients are
@@ -147,7 +152,7 @@ def _calls(run: Run, forward_input: Any) -> tuple | None:
             plain.append(t)
             continue
         grad = t.requires_grad and t.is_floating_point()
-        x = run.make(t.detach().clone())
+        x = run.instance(t.detach().clone(), s)
         if x is None:
             typed.append(t.detach().clone().requires_grad_(grad))
             plain.append(t.detach().clone().requires_grad_(grad))

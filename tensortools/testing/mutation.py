@@ -1,10 +1,12 @@
 """The ``mutation`` check: an out-of-place call leaves its instances as they were: the
-values they stand for, their size, strides and dtype, and the type's own state (the
-instance's attributes, such as a metadata dict changed in place)."""
+values they stand for, their size, strides, dtype and ``requires_grad``, and the type's
+own state (the instance's attributes, such as a metadata dict changed in place, less
+those the run declares volatile: caches)."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -12,40 +14,53 @@ from torch import Tensor
 from torch.utils._pytree import tree_leaves
 
 from tensortools.coverage.samples import seeded
-from tensortools.testing.run import Run
+from tensortools.testing.run import Run, same_value
 from tensortools.testing.samples import Sample
 
-__all__ = ["check_mutation", "same_state"]
+__all__ = ["check_mutation", "same_state", "watch"]
 
 
 def check_mutation(run: Run, s: Sample) -> None:
-    """Skips the in-place and ``out=`` forms, and calls whose plain run changes its own
-    input (a function that writes into its input by design)."""
-    if s.name.endswith("_") or "out" in s.kwargs or s.kwargs.get("inplace"):
-        return
+    """The sample's plain and typed calls, watched (where the values check does not
+    run them already: :func:`watch`)."""
     typed = run.typed_call(s)
     if typed is None:
         return
     plain = run.plain_call(typed)
-    plain_before = [t.clone() for t in _tensors(plain)]
-    try:
-        seeded(lambda: run.want(s.info.op, plain))
-    except Exception:
+    report = watch(run, s, typed, plain)
+    if report is None:
         return
-    if any(not _same(a, b) for a, b in zip(plain_before, _tensors(plain))):
-        return
-    instances = [x for x in tree_leaves(typed, is_leaf=_is_leaf(run)) if isinstance(x, run.cls)]
-    before = [_snapshot(run, x) for x in instances]
     x, args, kwargs = typed
     try:
+        seeded(lambda: run.want(s.info.op, plain))
         seeded(lambda: s.info.op(x, *args, **kwargs))
     except Exception:
         return  # (the values check reports a call that raises)
-    for k, (instance, was) in enumerate(zip(instances, before)):
-        what = same_state(was, _snapshot(run, instance))
-        if what:
-            which = "the instance" if len(instances) == 1 else f"instance {k}"
-            run.fail("mutation", s, f"the out-of-place call changed {which}'s {what}")
+    report()
+
+
+def watch(run: Run, s: Sample, typed: tuple, plain: tuple) -> Callable[[], None] | None:
+    """Snapshots of a call's instances (and of its plain counterpart's tensors), taken
+    before the two calls run; returns what to call after them, which reports what the
+    typed call changed. None for the in-place and ``out=`` forms; calls whose plain run
+    changes its own input (a function that writes into its input by design) report
+    nothing."""
+    if s.name.endswith("_") or "out" in s.kwargs or s.kwargs.get("inplace"):
+        return None
+    plain_before = [t.clone() for t in _tensors(plain)]
+    instances = [x for x in tree_leaves(typed, is_leaf=_is_leaf(run)) if isinstance(x, run.cls)]
+    before = [_snapshot(run, x) for x in instances]
+
+    def report() -> None:
+        if any(not same_value(a, b) for a, b in zip(plain_before, _tensors(plain))):
+            return
+        for k, (instance, was) in enumerate(zip(instances, before)):
+            what = same_state(was, _snapshot(run, instance))
+            if what:
+                which = "the instance" if len(instances) == 1 else f"instance {k}"
+                run.fail("mutation", s, f"the out-of-place call changed {which}'s {what}")
+
+    return report
 
 
 def _snapshot(run: Run, x: Any) -> dict:
@@ -56,8 +71,9 @@ def _snapshot(run: Run, x: Any) -> dict:
         "dtype": plain.dtype,
         "strides": plain.stride() if plain.layout == torch.strided else None,
         "storage offset": plain.storage_offset() if plain.layout == torch.strided else None,
+        "requires_grad": bool(getattr(x, "requires_grad", False)),
     }
-    attributes = getattr(x, "__dict__", {})
+    attributes = run.state(x)
     try:
         state["attributes"] = copy.deepcopy(attributes)
     except Exception:  # state that cannot be copied: compared by identity, one level down
@@ -66,39 +82,19 @@ def _snapshot(run: Run, x: Any) -> dict:
 
 
 def same_state(was: dict, now: dict) -> str:
-    """'' when two snapshots agree, else what differs ('values', 'attributes', ...)."""
+    """'' when two snapshots agree, else what differs ('values', 'attributes', ...);
+    state that cannot be compared (no ``==``, no pickle) counts as unchanged."""
     for key, value in was.items():
-        if not _same(value, now[key]):
+        if not same_value(value, now[key]):
             if key == "attributes":
                 changed = sorted(
                     str(k)
                     for k in set(value) | set(now[key])
-                    if k not in value or k not in now[key] or not _same(value[k], now[key][k])
+                    if k not in value or k not in now[key] or not same_value(value[k], now[key][k])
                 )
                 return f"attributes {changed}"
             return key
     return ""
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, Tensor) or isinstance(b, Tensor):
-        if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
-            return False
-        with torch._C.DisableTorchFunctionSubclass():
-            if a.shape != b.shape or a.dtype != b.dtype:
-                return False
-            if torch.equal(a, b):
-                return True
-            floating = a.is_floating_point() or a.is_complex()  # (NaN equals NaN here)
-            return floating and bool(torch.allclose(a, b, rtol=0, atol=0, equal_nan=True))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
-    try:
-        return a is b or bool(a == b)
-    except Exception:
-        return False
 
 
 def _tensors(call: tuple) -> list[Tensor]:

@@ -10,16 +10,26 @@ sample per choice that `instances` asks for (:data:`INSTANCES`)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
-from torch.utils._pytree import tree_flatten, tree_leaves
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_map_only
 
 from tensortools.coverage.samples import op_db
 
-__all__ = ["INSTANCES", "Sample", "function_names", "op_samples", "tensor_leaves"]
+__all__ = [
+    "INSTANCES",
+    "Sample",
+    "SampleHook",
+    "function_names",
+    "generated",
+    "op_samples",
+    "shaped",
+    "tensor_leaves",
+]
 
 #: Which of a sample's tensors become instances: ``"every"`` tensor at once, the
 #: ``"first"`` alone (the input, or the first tensor of an input list; the first strided
@@ -62,6 +72,16 @@ class Sample:
         """Whether every instance sits in the input (the input, or inside an input list):
         the arguments after it stay as op_db gives them."""
         return max(self.picks) < len(tensor_leaves(self.input))
+
+    def map_tensors(self, fn: Callable[[Tensor], Tensor], variant: str | None = None) -> Sample:
+        """This sample with every tensor of its call (the input, further arguments,
+        containers among them) as ``fn(tensor)``: what a ``samples=`` hook of
+        :func:`~tensortools.testing.check_type` returns to shape op_db's samples (an
+        integer type's non-negative inputs: ``s.map_tensors(torch.abs)``); `variant`
+        names the change in failures' labels."""
+        inp, args, kwargs = tree_map_only(Tensor, fn, self.call, is_leaf=_is_size)
+        changes = {"variant": variant} if variant is not None else {}
+        return dataclasses.replace(self, input=inp, args=tuple(args), kwargs=kwargs, **changes)
 
     @property
     def label(self) -> str:
@@ -116,9 +136,7 @@ def op_samples(
             if dtype not in info.supported_dtypes("cpu"):
                 continue
             try:
-                for i, s in enumerate(info.sample_inputs("cpu", dtype)):
-                    if i >= max_samples:
-                        break
+                for i, s in enumerate(generated(info, dtype, max_samples)):
                     if not _runs(s.input):
                         continue
                     args, kwargs = tuple(s.args), dict(s.kwargs)
@@ -132,6 +150,36 @@ def op_samples(
                         yield Sample(info.name, info, i, s.input, args, kwargs, picks, variant)
             except Exception:  # a sample generator that fails on this build
                 continue
+
+
+SampleHook = Callable[["Sample"], "Sample | Iterable[Sample] | None"]
+
+
+def shaped(samples: Iterable[Sample], hook: SampleHook | None) -> list[Sample]:
+    """Each sample as `hook` gives it (a sample, several, or None: dropped); the
+    samples themselves without a hook."""
+    if hook is None:
+        return list(samples)
+    out: list[Sample] = []
+    for s in samples:
+        given = hook(s)
+        if given is None:
+            continue
+        given = [given] if isinstance(given, Sample) else list(given)
+        wrong = [type(g).__name__ for g in given if not isinstance(g, Sample)]
+        if wrong:
+            raise TypeError(
+                f"check_type: 'samples' must return a Sample, Samples or None, got {wrong[0]}"
+            )
+        out.extend(given)
+    return out
+
+
+def generated(info: Any, dtype: torch.dtype, n: int) -> list:
+    """The first `n` of an OpInfo's CPU samples of `dtype`, generated from a seeded
+    generator: a function's samples are the same whatever ran before."""
+    torch.default_generator.manual_seed(0)
+    return list(itertools.islice(info.sample_inputs("cpu", dtype), n))
 
 
 def _runs(input: Any) -> bool:

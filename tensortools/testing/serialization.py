@@ -12,7 +12,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from tensortools.coverage.samples import compare_results
-from tensortools.testing.run import Run, first_instance
+from tensortools.testing.run import Run, first_instance, same_value
 from tensortools.testing.samples import Sample
 
 __all__ = ["check_crafted_state_refused", "check_serialization"]
@@ -61,7 +61,7 @@ def _differs(run: Run, back: Any, x: Any) -> str:
             continue
         reason = (
             compare_results(run.plain(b), run.plain(w), exact=True)
-            or _state_differs(b, w)
+            or _state_differs(b, w, run.volatile_attrs)
             or run.type_problem(w, b)
         )
         if reason:
@@ -96,14 +96,12 @@ def check_crafted_state_refused(run: Run, s: Sample) -> None:
         run.fail("serialization", s, "crafted state ran code while loading")
 
 
-def _state_differs(back: Any, x: Any) -> str:
-    """'' when back's attributes (its __dict__) equal x's, else which differ."""
+def _state_differs(back: Any, x: Any, volatile: frozenset = frozenset()) -> str:
+    """'' when back's attributes (its __dict__) equal x's, the `volatile` ones (caches)
+    aside, else which differ."""
     a, b = getattr(back, "__dict__", {}), getattr(x, "__dict__", {})
-    for key in sorted(set(a) | set(b), key=str):
-        try:
-            same = key in a and key in b and bool(a[key] == b[key])
-        except Exception:  # tensors or objects without a plain ==
-            same = key in a and key in b
+    for key in sorted((set(a) | set(b)) - volatile, key=str):
+        same = key in a and key in b and same_value(a[key], b[key], unknown=True)
         if not same:
             got, want = a.get(key, "(missing)"), b.get(key, "(missing)")
             return f"attribute {key!r} is {got!r} instead of {want!r}"

@@ -9,6 +9,7 @@ from typing import Any
 from torch import Tensor
 
 from tensortools.coverage.samples import UNDEFINED_VALUES, compare_results, seeded
+from tensortools.testing.mutation import watch
 from tensortools.testing.run import Run, first_instance, method_of, result_tensors
 from tensortools.testing.samples import Sample
 
@@ -16,11 +17,16 @@ __all__ = ["check_in_place", "check_values_and_types", "own_rule_problem"]
 
 
 def check_values_and_types(run: Run, s: Sample, checks: tuple[str, ...]) -> None:
+    """The sample's typed call against its plain one (``values``), its result against
+    the rule (``types``); where ``mutation`` is among `checks` too, the same two calls
+    are watched for what the typed one changes in its instances."""
     fn = s.info.op
     typed = run.typed_call(s)
     if typed is None:
         return
-    plain = run.plain_call(run.typed_call(s))
+    plain = run.plain_call(typed)  # (of the same instances: `make` runs once per sample)
+    # (the mutation check watches these very calls: no third and fourth call)
+    mutation = watch(run, s, typed, plain) if "mutation" in checks else None
     try:
         want = seeded(lambda: run.want(fn, plain))
     except Exception:
@@ -31,6 +37,8 @@ def check_values_and_types(run: Run, s: Sample, checks: tuple[str, ...]) -> None
     except Exception as err:
         run.raised("values", s, err)
         return
+    if mutation is not None:
+        run.guarded("mutation", s, mutation)
     if "values" in checks:
         values = run.plain(got)
         if s.name in UNDEFINED_VALUES:  # uninitialised memory: dtype and shape only
@@ -41,7 +49,7 @@ def check_values_and_types(run: Run, s: Sample, checks: tuple[str, ...]) -> None
             run.fail("values", s, reason)
         check_in_place(run, s)
     if "types" in checks:
-        problem = run.type_problem(typed, got) or own_rule_problem(run, s, typed, got)
+        problem = run.type_problem(typed, got, fn, typed) or own_rule_problem(run, s, typed, got)
         if problem:
             run.fail("types", s, problem)
 
@@ -77,7 +85,7 @@ def check_in_place(run: Run, s: Sample) -> None:
     if variant is None or typed is None or not isinstance(typed[0], run.cls):
         return
     x, args, kwargs = typed
-    plain, p_args, p_kwargs = run.plain_call(run.typed_call(s))
+    plain, p_args, p_kwargs = run.plain_call(typed)
     if not isinstance(plain, Tensor):
         return
     try:
