@@ -275,6 +275,7 @@ def check_type(
         time.perf_counter() - started,
         run.refused,
         run.declined,
+        run.upstream,
     )
     if raise_on_failure and report.failures:
         raise TypeCheckError(report)

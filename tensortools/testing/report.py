@@ -81,6 +81,9 @@ class TypeCheckReport:
     refused: list[Failure] = dataclasses.field(default_factory=list)
     #: samples the type's ``make`` declined (see :class:`Unsupported`)
     declined: list[Failure] = dataclasses.field(default_factory=list)
+    #: compiled calls that fail for a bare ``torch.Tensor`` subclass as well under the same
+    #: backend: torch's limits, not the type's, so not failures
+    upstream: list[Failure] = dataclasses.field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -105,6 +108,10 @@ class TypeCheckReport:
         each with its functions and one failure in full); every failure is in
         ``failures``."""
         declined = f", {len(self.declined)} samples declined" if self.declined else ""
+        if self.upstream:
+            declined += (
+                f", {len(self.upstream)} compiled calls failing for any Tensor subclass (upstream)"
+            )
         head = (
             f"{self.type_name}: {len(self.functions)} functions, {self.samples} samples, "
             f"checks {', '.join(self.checks)}: {len(self.failures)} failures, "

@@ -49,6 +49,9 @@ class Run:
         #: tensor the sample picks); one entry per sample
         self.declined: list[Failure] = []
         self._declined_keys: set = set()
+        #: compiled calls that fail for a bare torch.Tensor subclass as well (torch's
+        #: limits, not the type's): reported apart from the failures
+        self.upstream: list[Failure] = []
         self._make_failed: set = set()
         self.made = 0  # instances `make` gave: none in a whole run is a failure
 
