@@ -31,7 +31,8 @@ def pytest_addoption(parser):
     parser.addoption(
         "--update-durations",
         action="store_true",
-        help="rewrite .ci/durations.json with this run's times (after a whole run)",
+        help="rewrite .ci/durations.json with this run's times (after a whole run; or "
+        "TENSORTOOLS_UPDATE_DURATIONS=1)",
     )
 
 
@@ -94,7 +95,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_sep("=", f"over {durations.SLOW_S:g} s, not marked slow")
         for nodeid, seconds in unmarked:
             terminalreporter.write_line(f"{seconds:6.1f} s  {nodeid}")
-    if config.getoption("--update-durations"):
+    if config.getoption("--update-durations") or os.environ.get("TENSORTOOLS_UPDATE_DURATIONS"):
         durations.write(times)
 
 

@@ -1,9 +1,10 @@
 """What the `slow` marker means, kept honest: `.ci/durations.json` holds each test's time
-from a whole run (`--update-durations` rewrites it from the run), and every run lists the
-tests over `SLOW_S` seconds, by that file or by this run, that are not marked `slow`, so
-the quick subset (`-m "not slow"`) stays quick. It is information in the output, never an
-assertion: a test fails only where the code is wrong, not where the machine is busy. (The
-file lies outside tests/ so that refreshing it keeps the sample's seed: tiers.py.)"""
+from a whole run (`--update-durations`, or TENSORTOOLS_UPDATE_DURATIONS=1, rewrites it),
+and every run lists the tests over `SLOW_S` seconds, by that file or by this run, that are
+not marked `slow`, so the quick subset (`-m "not slow"`) stays quick. It is information in
+the output, never an assertion: a test fails only where the code is wrong, not where the
+machine is busy. (The file lies outside tests/ so that refreshing it keeps the sample's
+seed: tiers.py.)"""
 
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ def kept() -> dict[str, float]:
 
 
 def write(times: dict[str, float]) -> None:
-    merged = kept() | {k: round(v, 2) for k, v in times.items()}
+    """The kept file with this run's times (those over a second: the rest cannot come
+    near SLOW_S, and a small file reads well in a diff)."""
+    merged = kept() | {k: round(v, 1) for k, v in times.items()}
+    merged = {k: v for k, v in merged.items() if v >= 1.0}
     FILE.write_text(json.dumps(dict(sorted(merged.items())), indent=0) + "\n")
 
 
