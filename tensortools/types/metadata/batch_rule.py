@@ -1,7 +1,7 @@
 """Which calls keep a MetadataTensor batch: the rule, as one table.
 
 A call whose first metadata-carrying argument is a batch (see
-:mod:`tensortools.types.metadata_batch`) gives batches only where this table knows that a
+:mod:`tensortools.types.metadata.batch`) gives batches only where this table knows that a
 result's dim 0 holds the samples:
 
 - in their order (``keep``): elementwise calls, reductions and scans over other dims,
@@ -36,6 +36,14 @@ from torch.utils._pytree import tree_leaves
 from tensortools import ops
 from tensortools.dispatch.binding import argument
 from tensortools.dispatch.wrapper import argument_tensors
+from tensortools.types.metadata.batch import give
+from tensortools.types.metadata.dicts import same_value
+from tensortools.types.metadata.tensor import (
+    BATCH_CALLS,
+    BATCH_RULES,
+    MetadataTensor,
+    register_batch_results,
+)
 
 __all__ = ["DROP", "KEEP", "RULES", "SAME", "settle", "verdict"]
 
@@ -372,7 +380,7 @@ def repeat_interleave(call: Call) -> Any:
 
 def _cat(call: Call) -> Any:
     """cat along another dim than 0: the rows of tensors of one length side by side (along
-    dim 0, batches are joined by metadata_batch's rule; anything else there is not one)."""
+    dim 0, batches are joined by the rule of metadata.batch; anything else there is not one)."""
     if 0 in _dims(_arg(call, 1, 0, "dim"), call.ndim):
         return DROP
     return _rows(call, same_ndim=True)
@@ -380,13 +388,11 @@ def _cat(call: Call) -> Any:
 
 def _stack(call: Call) -> Any:
     """stack along another dim than 0 (along dim 0, batches make a batch of steps:
-    metadata_batch's handler): row r stacks row r of each tensor, one sample's steps where
+    the handler of metadata.batch): row r stacks row r of each tensor, one sample's steps where
     every stacked tensor that carries metadata is a batch of the same samples (the same
     metadata); else rows hold several batches' samples, and that is not a batch."""
     if _dim(_arg(call, 1, 0, "dim"), call.ndim + 1) == 0:
         return DROP
-    from tensortools.types.metadata_tensor import _same
-
     samples = call.batch.metadata
     for t in _arg(call, 0, ()):
         metadata = getattr(t, "metadata", None)
@@ -394,7 +400,7 @@ def _stack(call: Call) -> Any:
             continue  # (a plain tensor's rows join the samples', as in b + t)
         if getattr(t, "_batch_size", None) is None or metadata.keys() != samples.keys():
             return DROP
-        if not all(_same(metadata[key], samples[key]) for key in samples):
+        if not all(same_value(metadata[key], samples[key]) for key in samples):
             return DROP
     return _rows(call)
 
@@ -661,8 +667,6 @@ def verdict(call: Call) -> Any:
 def first_carrier(tensors: list) -> Tensor | None:
     """The first of a call's argument tensors (argument_tensors) carrying metadata (whose
     metadata, and batch, results take)."""
-    from tensortools.types.metadata_tensor import MetadataTensor
-
     for a in tensors:
         if isinstance(a, MetadataTensor) and getattr(a, "metadata", None) is not None:
             return a
@@ -688,8 +692,6 @@ def settle(func: Callable, args: tuple, kwargs: dict, out: Any, tensors: list | 
     call = Call(func, args, kwargs or {}, batch, len(shape), shape[0], results)
     found = verdict(call)
     each = found if _per_result(found, results) else [found] * len(results)
-    from tensortools.types.metadata_batch import _give
-
     for t, v in zip(results, each):
         shape = _shape(t)
         rows = shape[0] if shape else None
@@ -697,7 +699,7 @@ def settle(func: Callable, args: tuple, kwargs: dict, out: Any, tensors: list | 
             continue
         metadata = dict(batch.metadata or {})
         if _is_selection(v) and rows == len(v):
-            _give(t, metadata, call.size, v)
+            give(t, metadata, call.size, v)
         else:
             t.metadata, t._batch_size = metadata, None
     return out
@@ -714,3 +716,9 @@ def _per_result(found: Any, results: list) -> bool:
         and len(results) > 1
         and all(v is KEEP or v is DROP or _is_selection(v) for v in found)
     )
+
+
+# The table's rule for every call with a batch that no rule of metadata.batch takes (on the
+# Python path), and the calls the compiled path may keep batches through itself.
+register_batch_results(settle)
+BATCH_CALLS.update(dict.fromkeys(functions_for_the_compiled_path(BATCH_RULES)))

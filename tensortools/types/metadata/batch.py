@@ -24,16 +24,11 @@ import torch
 from torch import Tensor
 
 from tensortools.dispatch.binding import argument
-from tensortools.types.batch_index import MIXED, Selection, index_selection
-from tensortools.types.batch_rule import functions_for_the_compiled_path
-from tensortools.types.metadata_tensor import (
-    BATCH_CALLS,
-    BATCH_RULES,
-    MetadataTensor,
-    metadata_of,
-)
+from tensortools.types.metadata.batch_index import MIXED, Selection, index_selection
+from tensortools.types.metadata.dicts import check_batch, metadata_of
+from tensortools.types.metadata.tensor import BATCH_RULES, MetadataTensor
 
-__all__ = ["check_batch", "collate", "decollate"]
+__all__ = ["batch_size_of", "collate", "decollate", "give"]
 
 
 def _shape(t: Tensor) -> torch.Size:
@@ -46,35 +41,6 @@ def _shape(t: Tensor) -> torch.Size:
 def batch_size_of(t: Any) -> int | None:
     """The batch size of a MetadataTensor batch; None for anything else."""
     return getattr(t, "_batch_size", None) if isinstance(t, MetadataTensor) else None
-
-
-def check_batch(metadata: dict, size: int, rows: int | None = None, what: str = "batch") -> None:
-    """Raise ValueError unless every value of `metadata` holds `size` entries (a list or
-    tuple of that length, or a tensor of that many rows) and, where given, `rows` (the
-    tensor's dim 0) equals `size`."""
-    if rows is not None and rows != size:
-        raise ValueError(
-            f"MetadataTensor: a {what} of {size} samples whose dim 0 has {rows} entries; "
-            "a call moved or reduced its samples' dimension (set batch_size = None to "
-            "treat it as one tensor)"
-        )
-    for key, value in metadata.items():
-        if isinstance(value, (list, tuple)):
-            n = len(value)
-        elif isinstance(value, Tensor) and value.dim() > 0:
-            n = value.shape[0]
-        else:
-            raise ValueError(
-                f"MetadataTensor: a {what} of {size} samples holds {type(value).__name__} "
-                f"under metadata key {key!r}; every value of a batch's metadata must hold "
-                "one entry per sample (a list, or a tensor with a row per sample)"
-            )
-        if n != size:
-            raise ValueError(
-                f"MetadataTensor: a {what} of {size} samples holds {n} entries under "
-                f"metadata key {key!r}; every value of a batch's metadata must hold one "
-                "entry per sample"
-            )
 
 
 def _select(metadata: dict, selection: Selection) -> dict:
@@ -105,8 +71,9 @@ def _count(size: int, selection: Selection) -> int | None:
     return len(selection)
 
 
-def _give(result: Any, metadata: dict, size: int, selection: Selection) -> None:
-    """Set a result of a batch's call to the samples of `selection`."""
+def give(result: Any, metadata: dict, size: int, selection: Selection) -> None:
+    """Set a result of a batch's call to the samples of `selection` of the batch's
+    `metadata` (of `size` samples); anything but a MetadataTensor is left as it is."""
     if not isinstance(result, MetadataTensor):
         return
     if type(selection) is int:  # (one sample, the common case)
@@ -199,7 +166,7 @@ def _getitem(cls, func, types, args, kwargs):
         if isinstance(out, MetadataTensor):
             out.metadata, out._batch_size = dict(metadata), None
         return out
-    _give(out, metadata, size, selection)
+    give(out, metadata, size, selection)
     return out
 
 
@@ -216,7 +183,7 @@ def _taking_apart(pick: Callable) -> Callable:
         metadata, size, ndim = found
         out = _plain_fallback(cls, func, types, args, kwargs)
         for piece, selection in pick(func, args, kwargs, out, size, ndim):
-            _give(piece, metadata, size, selection)
+            give(piece, metadata, size, selection)
         return out
 
     return rule
@@ -356,9 +323,6 @@ BATCH_RULES.update(
         **{f: _index_select for f in (torch.index_select, Tensor.index_select)},
     }
 )
-
-
-BATCH_CALLS.update(dict.fromkeys(functions_for_the_compiled_path(BATCH_RULES)))
 
 
 # -- building batches: collation, torch.stack ------------------------------------------

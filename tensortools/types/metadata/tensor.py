@@ -1,4 +1,8 @@
-"""MetadataTensor: a tensor whose ``metadata`` dict follows it through any computation."""
+"""MetadataTensor: a tensor whose ``metadata`` dict follows it through any computation.
+
+The class, on the rules for its dicts (``dicts``); the rules for calls on batches live in
+the modules above it, which register them here when imported (``BATCH_RULES``,
+``BATCH_CALLS``, :func:`register_batch_results`)."""
 
 from __future__ import annotations
 
@@ -21,22 +25,44 @@ from tensortools.dispatch.wrapper import (
     argument_tensors,
     keeps_hooks,
 )
+from tensortools.types.metadata.dicts import (
+    MergePolicy,
+    check_batch,
+    check_merge_policy,
+    merge,
+    metadata_of,
+)
 
-__all__ = ["MetadataTensor", "MERGE_POLICIES", "collate", "decollate"]
+__all__ = ["MetadataTensor", "register_batch_results"]
 
-#: The named merge policies; a callable taking the list of dicts is accepted too.
-MERGE_POLICIES = ("first", "strict", "union")
-MergePolicy = str | Callable[[list], dict]
-
-#: Rules for calls with a batch among their arguments (tensortools.types.metadata_batch
+#: Rules for calls with a batch among their arguments (tensortools.types.metadata.batch
 #: fills it): function -> rule(cls, func, types, args, kwargs), NotImplemented where the
 #: call takes no batch apart.
 BATCH_RULES: dict[Callable, Callable] = {}
 
 #: The functions whose calls with a batch among their arguments the compiled path may run
-#: itself, keeping the batch (tensortools.types.metadata_batch fills it from the rule's
-#: table in tensortools.types.batch_rule); any other call with a batch takes the Python path.
+#: itself, keeping the batch (tensortools.types.metadata.batch_rule fills it from its
+#: table); any other call with a batch takes the Python path.
 BATCH_CALLS: dict[Callable, None] = {}
+
+
+def _results_as_wrapped(func, args, kwargs, out, tensors):
+    return out
+
+
+#: What the fallback's results keep of a batch among the call's arguments:
+#: (func, args, kwargs, out, argument tensors) -> out (register_batch_results sets it).
+_batch_results: Callable = _results_as_wrapped
+
+
+def register_batch_results(rule: Callable) -> None:
+    """Make `rule` decide, for every call the fallback runs with a batch among its
+    arguments and no rule of ``BATCH_RULES``, which results stay a batch:
+    ``rule(func, args, kwargs, out, argument tensors) -> out``
+    (tensortools.types.metadata.batch_rule registers its table's when imported; until
+    then results keep the batch the wrap gave them)."""
+    global _batch_results
+    _batch_results = rule
 
 
 class _BatchContext(dict):
@@ -188,13 +214,13 @@ class MetadataTensor(TensorWrapper):
         ``"strict"`` (a key with different values raises ValueError), ``"union"`` (all
         keys; the first argument holding a key gives its value) or a callable taking the
         list of input dicts and returning the result's dict. Returns the previous one."""
-        _check_merge_policy(policy)
+        check_merge_policy(policy)
         return _MERGE_POLICY.set(cls, policy)
 
     @classmethod
     def merge_policy(cls, policy: MergePolicy) -> contextlib.AbstractContextManager:
         """Context manager: ``policy`` inside the block, in the current thread only."""
-        _check_merge_policy(policy)
+        check_merge_policy(policy)
         return _MERGE_POLICY.override(cls, policy)
 
     @classmethod
@@ -230,7 +256,7 @@ class MetadataTensor(TensorWrapper):
                 if not found:
                     size = getattr(a, "_batch_size", None)
                 found.append(metadata)
-        merged = _merge(_MERGE_POLICY.value_for(cls), found)
+        merged = merge(_MERGE_POLICY.value_for(cls), found)
         if size is None:
             return merged
         context = _BatchContext(merged)
@@ -262,7 +288,7 @@ class MetadataTensor(TensorWrapper):
         else:
             context = cls.context(func, args, kwargs)
         out = cls._run_and_wrap(func, types, args, kwargs, tensors, context)
-        return settle(func, args, kwargs, out, tensors)
+        return _batch_results(func, args, kwargs, out, tensors)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -274,7 +300,7 @@ class MetadataTensor(TensorWrapper):
                 if setting is _TRACKING:
                     setting.set(cls, bool(value))
                 else:
-                    _check_merge_policy(value)
+                    check_merge_policy(value)
         cls._on_settings_change()  # (the class body's settings, adopted just now)
 
     # -- dispatch: the compiled path of TensorWrapper, and the Python one ----------------
@@ -346,14 +372,6 @@ def _kin(cls: type, types: tuple) -> bool:
 _WRAP_METADATA = int(WrapperPath.WRAP_METADATA)
 
 
-def _check_merge_policy(policy: Any) -> None:
-    if not callable(policy) and policy not in MERGE_POLICIES:
-        raise ValueError(
-            "MetadataTensor: 'policy' must be one of "
-            f"{MERGE_POLICIES} or a callable, got {policy!r}"
-        )
-
-
 def _rows(t: Tensor) -> int:
     """The size of t's dim 0, the number of samples it can hold (none for a 0-d tensor)."""
     with torch._C.DisableTorchFunctionSubclass():
@@ -366,62 +384,10 @@ def _rows(t: Tensor) -> int:
     return shape[0]
 
 
-def metadata_of(tensor: Tensor) -> dict | None:
-    """A MetadataTensor's metadata dict, or None where it has none (a tensor made a
-    MetadataTensor by other means, such as as_subclass, has no dict yet)."""
-    return getattr(tensor, "metadata", None)  # (not __dict__, which torch.compile refuses)
-
-
-def _merge(policy: MergePolicy, dicts: list[dict]) -> dict:
-    if not dicts:
-        return {}
-    if policy == "first":
-        return dicts[0]
-    if callable(policy):
-        merged = policy([dict(d) for d in dicts])
-        if not isinstance(merged, Mapping):
-            raise TypeError(
-                f"MetadataTensor merge policy must return a dict, got {type(merged).__name__}"
-            )
-        return merged
-    merged: dict = {}
-    for d in dicts:
-        for key, value in d.items():
-            if key not in merged:
-                merged[key] = value
-            elif policy == "strict" and not _same(merged[key], value):
-                raise ValueError(
-                    f"MetadataTensor (merge policy 'strict'): key {key!r} has "
-                    f"conflicting values {merged[key]!r} and {value!r}"
-                )
-    return merged
-
-
-def _same(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    if isinstance(a, Tensor) or isinstance(b, Tensor):
-        return (
-            isinstance(a, Tensor)
-            and isinstance(b, Tensor)
-            and a.shape == b.shape
-            and bool(torch.equal(a, b))
-        )
-    try:
-        return bool(a == b)
-    except Exception:  # values whose == is not a truth value are different
-        return False
-
-
 # torch.load(weights_only=True) may rebuild MetadataTensors once tensortools is imported.
 MetadataTensor._on_settings_change()  # (its record, now that the class exists)
 INSTANCE_WRAPS.add(MetadataTensor.wrap.__func__)
 torch.serialization.add_safe_globals([MetadataTensor])
-
-# Batches: their rules, collation and decollation (a module of their own, registered now
-# that the class exists).
-from tensortools.types.batch_rule import settle  # noqa: E402
-from tensortools.types.metadata_batch import check_batch, collate, decollate  # noqa: E402
 
 
 def _keeps_the_metadata(cls, result):

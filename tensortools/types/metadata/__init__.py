@@ -1,0 +1,28 @@
+"""MetadataTensor, a tensor whose ``metadata`` dict follows it through any computation,
+and its batches.
+
+Its modules, each importing only those above it in this list:
+
+- ``dicts``: the metadata dicts apart from any tensor: the merge policies, when two values
+  are the same, what a batch's dict holds (:func:`check_batch`);
+- ``batch_index``: which samples ``batch[index]`` takes, for every index torch accepts;
+- ``tensor``: the class, its settings and pickling, and the tables through which the
+  modules below give it their rules for batches (``BATCH_RULES``, ``BATCH_CALLS``,
+  :func:`~tensortools.types.metadata.tensor.register_batch_results`);
+- ``batch``: batches: the calls that take them apart or join them (registered on the
+  class when imported), ``torch.stack`` of samples, :func:`collate` and
+  :func:`decollate`;
+- ``batch_rule``: which other calls keep a batch, as one table (registered on the class
+  when imported).
+"""
+
+from tensortools.types.metadata import batch_rule  # noqa: F401  (registers on the class)
+from tensortools.types.metadata.batch import collate, decollate
+from tensortools.types.metadata.dicts import (  # noqa: F401  (check_batch, metadata_of: as before)
+    MERGE_POLICIES,
+    check_batch,
+    metadata_of,
+)
+from tensortools.types.metadata.tensor import MetadataTensor
+
+__all__ = ["MetadataTensor", "MERGE_POLICIES", "collate", "decollate"]
