@@ -188,7 +188,7 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     @classmethod
     def _instance(cls, tensor: Tensor) -> Tensor:
         """tensor as an instance of cls: itself where wrap_outputs changed its class in
-        place (a new result of tensortools' own operators), else torch's alias
+        place (a new result of a function in FRESH_RESULTS), else torch's alias
         (``as_subclass``: the same values and gradients, but a view)."""
         return tensor if type(tensor) is cls else tensor.as_subclass(cls)
 

@@ -16,13 +16,16 @@ Its modules, each importing only those above it in this list:
   when imported).
 """
 
-from tensortools.types.metadata import batch_rule  # noqa: F401  (registers on the class)
-from tensortools.types.metadata.batch import collate, decollate
-from tensortools.types.metadata.dicts import (  # noqa: F401  (check_batch, metadata_of: as before)
-    MERGE_POLICIES,
-    check_batch,
-    metadata_of,
+from tensortools.types.metadata import (
+    batch_rule,  # noqa: F401  (registers on the class)
+    dicts,
 )
+from tensortools.types.metadata.batch import collate, decollate
+from tensortools.types.metadata.dicts import check_batch, metadata_of  # noqa: F401
 from tensortools.types.metadata.tensor import MetadataTensor
+
+#: The named merge policies (:meth:`MetadataTensor.set_merge_policy`); a callable taking
+#: the list of dicts is accepted too.
+MERGE_POLICIES = dicts.MERGE_POLICIES
 
 __all__ = ["MetadataTensor", "MERGE_POLICIES", "collate", "decollate"]
