@@ -22,7 +22,7 @@ PACKAGE = pathlib.Path(metadata.__file__).parent
 PREFIX = "tensortools.types.metadata"
 MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
 # the modules with the batch rules: none of the class's modules may import them
-BATCH = {"batch", "batch_rule"}
+BATCH = {"batch", "collation", "batch_rule"}
 
 
 def _imports(path: pathlib.Path) -> list[tuple[str, list[str]]]:
@@ -102,6 +102,7 @@ def test_imports_point_one_way():
     assert graph["dicts"] == set() and graph["batch_index"] == set()
     assert graph["tensor"] == {"dicts"}
     assert "tensor" in graph["batch"] and "batch" in graph["batch_rule"]
+    assert not graph["batch"] & BATCH and not graph["collation"] & BATCH - {"batch"}
 
 
 def test_no_private_name_crosses_a_module_border():
@@ -121,6 +122,10 @@ def test_the_batch_modules_registered_their_rules_on_the_class():
     assert set(tensor.BATCH_CALLS) == batch_rule.functions_for_the_compiled_path(tensor.BATCH_RULES)
     assert torch.exp in tensor.BATCH_CALLS and torch.cat not in tensor.BATCH_CALLS
     assert {torch.cat, torch.Tensor.__getitem__, torch.unbind} <= set(tensor.BATCH_RULES)
+    # torch.stack of samples: a handler of the class's table; collation: default_collate's
+    collate_map = torch.utils.data._utils.collate.default_collate_fn_map
+    assert torch.stack in tensor.MetadataTensor._handlers
+    assert collate_map[tensor.MetadataTensor] is metadata.collate
 
 
 # -- the dispatch base points down: nothing of tensortools.ops ----------------------------

@@ -9,18 +9,20 @@ Its modules, each importing only those above it in this list:
 - ``tensor``: the class, its settings and pickling, and the tables through which the
   modules below give it their rules for batches (``BATCH_RULES``, ``BATCH_CALLS``,
   :func:`~tensortools.types.metadata.tensor.register_batch_results`);
-- ``batch``: batches: the calls that take them apart or join them (registered on the
-  class when imported), ``torch.stack`` of samples, :func:`collate` and
-  :func:`decollate`;
+- ``batch``: batches: the calls that take them apart along dim 0 or join them
+  (registered on the class when imported);
+- ``collation``: building batches: ``torch.stack`` of samples (a handler of the class),
+  :func:`collate` (registered with ``default_collate``) and :func:`decollate`;
 - ``batch_rule``: which other calls keep a batch, as one table (registered on the class
   when imported).
 """
 
-from tensortools.types.metadata import (
-    batch_rule,  # noqa: F401  (registers on the class)
+from tensortools.types.metadata import (  # noqa: F401  (each registers on the class)
+    batch_rule,
+    collation,
     dicts,
 )
-from tensortools.types.metadata.batch import collate, decollate
+from tensortools.types.metadata.collation import collate, decollate
 from tensortools.types.metadata.dicts import check_batch, metadata_of  # noqa: F401
 from tensortools.types.metadata.tensor import MetadataTensor
 

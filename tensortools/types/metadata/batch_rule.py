@@ -36,7 +36,7 @@ from torch.utils._pytree import tree_leaves
 from tensortools import ops
 from tensortools.dispatch.binding import argument
 from tensortools.dispatch.wrapper import argument_tensors
-from tensortools.types.metadata.batch import give
+from tensortools.types.metadata.batch import give, plain_shape
 from tensortools.types.metadata.dicts import same_value
 from tensortools.types.metadata.tensor import (
     BATCH_CALLS,
@@ -75,11 +75,6 @@ class Call(NamedTuple):
     results: list  # the call's tensor results that are not its arguments
 
 
-def _shape(t: Tensor) -> torch.Size:
-    with torch._C.DisableTorchFunctionSubclass():
-        return t.shape
-
-
 def _arg(call: Call, position: int, default: Any = None, name: str | None = None) -> Any:
     """The argument torch binds to `position`, or the keyword `name` (a parameter some
     overloads take by keyword only: ``sort(b, stable=True, dim=0)``, ``aminmax(b, dim=1)``)."""
@@ -112,7 +107,7 @@ def _rows(call: Call, same_ndim: bool = False) -> Any:
     """KEEP where every result's dim 0 has the batch's size (and, where asked, the
     batch's number of dims), else DROP: a check that the call's structure holds."""
     for t in call.results:
-        shape = _shape(t)
+        shape = plain_shape(t)
         if not shape or shape[0] != call.size or (same_ndim and len(shape) != call.ndim):
             return DROP
     return KEEP
@@ -333,7 +328,7 @@ def gather(call: Call) -> Any:
     if not isinstance(index, Tensor) or index.dim() != call.ndim:
         return DROP
     if dim != 0:
-        return list(range(_shape(index)[0]))  # row r of the result: from sample r
+        return list(range(plain_shape(index)[0]))  # row r of the result: from sample r
     rows = _whole_rows(index)
     return DROP if rows is None else [r % call.size for r in rows]
 
@@ -388,7 +383,7 @@ def _cat(call: Call) -> Any:
 
 def _stack(call: Call) -> Any:
     """stack along another dim than 0 (along dim 0, batches make a batch of steps:
-    the handler of metadata.batch): row r stacks row r of each tensor, one sample's steps where
+    the handler of metadata.collation): row r stacks row r of each tensor, one sample's steps where
     every stacked tensor that carries metadata is a batch of the same samples (the same
     metadata); else rows hold several batches' samples, and that is not a batch."""
     if _dim(_arg(call, 1, 0, "dim"), call.ndim + 1) == 0:
@@ -688,12 +683,12 @@ def settle(func: Callable, args: tuple, kwargs: dict, out: Any, tensors: list | 
     batch = first_carrier(inputs)
     if not results or batch is None or getattr(batch, "_batch_size", None) is None:
         return out
-    shape = _shape(batch)
+    shape = plain_shape(batch)
     call = Call(func, args, kwargs or {}, batch, len(shape), shape[0], results)
     found = verdict(call)
     each = found if _per_result(found, results) else [found] * len(results)
     for t, v in zip(results, each):
-        shape = _shape(t)
+        shape = plain_shape(t)
         rows = shape[0] if shape else None
         if v is KEEP and rows == call.size:
             continue

@@ -3,7 +3,7 @@ values are the same, and what a batch's dict must hold (one entry per sample).""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -14,9 +14,11 @@ __all__ = [
     "MergePolicy",
     "check_batch",
     "check_merge_policy",
+    "check_same_keys",
     "merge",
     "metadata_of",
     "same_value",
+    "stackable",
 ]
 
 #: The named merge policies; a callable taking the list of dicts is accepted too.
@@ -110,3 +112,26 @@ def same_value(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:  # values whose == is not a truth value are different
         return False
+
+
+def check_same_keys(dicts: list[dict], who: str, item: str, holders: str) -> None:
+    """ValueError naming the first of `dicts` whose keys differ from the first's."""
+    for i, d in enumerate(dicts):
+        if d.keys() != dicts[0].keys():
+            raise ValueError(
+                f"{who}: {item} {i} has metadata keys {sorted(map(str, d))}, {item} 0 has "
+                f"{sorted(map(str, dicts[0]))}; {holders} need the same keys"
+            )
+
+
+def stackable(values: Sequence, skip: int = 0) -> bool:
+    """Whether `values` are tensors of one dtype, device and shape (past their first
+    `skip` dims), so that torch.stack (torch.cat, with skip 1) joins them."""
+    first = values[0]
+    return all(
+        isinstance(v, Tensor)
+        and v.shape[skip:] == first.shape[skip:]
+        and v.dtype == first.dtype
+        and v.device == first.device
+        for v in values
+    )
