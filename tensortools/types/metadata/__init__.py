@@ -3,8 +3,8 @@ and its batches.
 
 Its modules, each importing only those above it in this list:
 
-- ``dicts``: the metadata dicts apart from any tensor: the merge policies, when two values
-  are the same, what a batch's dict holds (:func:`check_batch`);
+- ``dicts``: the metadata dicts apart from the class: the merge policies, when two values
+  are the same, what a batch holds (:func:`check_batch`);
 - ``batch_index``: which samples ``batch[index]`` takes, for every index torch accepts;
 - ``tensor``: the class, its settings and pickling, and the tables through which the
   modules below give it their rules for batches (``BATCH_RULES``, ``BATCH_CALLS``,

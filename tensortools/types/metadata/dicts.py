@@ -1,5 +1,6 @@
-"""The metadata dicts, apart from any tensor: how several merge into a result's, when two
-values are the same, and what a batch's dict must hold (one entry per sample)."""
+"""The metadata dicts, apart from the class: how several merge into a result's, when two
+values are the same, and what a batch must hold (one entry per sample in each value of
+its dict, as many rows in its dim 0)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ __all__ = [
     "merge",
     "metadata_of",
     "same_value",
+    "sample_rows",
     "stackable",
 ]
 
@@ -135,3 +137,15 @@ def stackable(values: Sequence, skip: int = 0) -> bool:
         and v.device == first.device
         for v in values
     )
+
+
+def sample_rows(t: Tensor) -> int:
+    """The size of t's dim 0, the number of samples it can hold (none for a 0-d tensor)."""
+    with torch._C.DisableTorchFunctionSubclass():
+        shape = t.shape
+    if not shape:
+        raise ValueError(
+            f"MetadataTensor: a batch must have a dim 0 holding its samples; got a 0-d "
+            f"{type(t).__name__}"
+        )
+    return shape[0]

@@ -31,6 +31,7 @@ from tensortools.types.metadata.dicts import (
     check_merge_policy,
     merge,
     metadata_of,
+    sample_rows,
 )
 
 __all__ = ["MetadataTensor", "register_batch_results"]
@@ -46,23 +47,17 @@ BATCH_RULES: dict[Callable, Callable] = {}
 BATCH_CALLS: dict[Callable, None] = {}
 
 
-def _results_as_wrapped(func, args, kwargs, out, tensors):
-    return out
-
-
-#: What the fallback's results keep of a batch among the call's arguments:
-#: (func, args, kwargs, out, argument tensors) -> out (register_batch_results sets it).
-_batch_results: Callable = _results_as_wrapped
-
-
 def register_batch_results(rule: Callable) -> None:
-    """Make `rule` decide, for every call the fallback runs with a batch among its
-    arguments and no rule of ``BATCH_RULES``, which results stay a batch:
-    ``rule(func, args, kwargs, out, argument tensors) -> out``
-    (tensortools.types.metadata.batch_rule registers its table's when imported; until
-    then results keep the batch the wrap gave them)."""
+    """Make `rule(func, args, kwargs, out, argument tensors) -> out` decide which results
+    of the fallback's calls with a batch among their arguments and no rule of
+    ``BATCH_RULES`` stay a batch (tensortools.types.metadata.batch_rule registers its
+    table's when imported; until then they keep the batch the wrap gave them)."""
     global _batch_results
     _batch_results = rule
+
+
+def _batch_results(func, args, kwargs, out, tensors):
+    return out  # (until register_batch_results replaces it)
 
 
 class _BatchContext(dict):
@@ -129,7 +124,7 @@ class MetadataTensor(TensorWrapper):
                     f"{type(self).__name__}: 'batch_size' must be a non-negative int or None, "
                     f"got {size!r}"
                 )
-            check_batch(metadata_of(self) or {}, size, _rows(self))
+            check_batch(metadata_of(self) or {}, size, sample_rows(self))
         self._batch_size = size
 
     @property
@@ -143,7 +138,7 @@ class MetadataTensor(TensorWrapper):
         0 with ``metadata``, each of whose values holds one entry per sample (checked)."""
         context = _BatchContext(metadata)
         context.batch_size = batch_size
-        check_batch(context, batch_size, _rows(data))
+        check_batch(context, batch_size, sample_rows(data))
         return cls.wrap(data, context)
 
     def __getitem__(self, index: Any) -> Tensor:
@@ -187,7 +182,7 @@ class MetadataTensor(TensorWrapper):
         size = state.get("_batch_size")
         if size is not None:  # (what saves also loads: a batch that holds its samples)
             try:
-                check_batch(dict(state.get("metadata", {})), size, _rows(self))
+                check_batch(dict(state.get("metadata", {})), size, sample_rows(self))
             except ValueError as err:
                 raise pickle.PicklingError(str(err)) from None
         return state
@@ -199,7 +194,7 @@ class MetadataTensor(TensorWrapper):
             size = self.__dict__.get("_batch_size")
             if size is not None:
                 try:
-                    check_batch(self.metadata, size, _rows(self))
+                    check_batch(self.metadata, size, sample_rows(self))
                 except ValueError as err:
                     raise pickle.UnpicklingError(
                         f"{type(self).__name__}: invalid saved state; {err}"
@@ -370,18 +365,6 @@ def _kin(cls: type, types: tuple) -> bool:
 
 
 _WRAP_METADATA = int(WrapperPath.WRAP_METADATA)
-
-
-def _rows(t: Tensor) -> int:
-    """The size of t's dim 0, the number of samples it can hold (none for a 0-d tensor)."""
-    with torch._C.DisableTorchFunctionSubclass():
-        shape = t.shape
-    if not shape:
-        raise ValueError(
-            f"MetadataTensor: a batch must have a dim 0 holding its samples; got a 0-d "
-            f"{type(t).__name__}"
-        )
-    return shape[0]
 
 
 # torch.load(weights_only=True) may rebuild MetadataTensors once tensortools is imported.
