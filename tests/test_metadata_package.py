@@ -22,7 +22,7 @@ PACKAGE = pathlib.Path(metadata.__file__).parent
 PREFIX = "tensortools.types.metadata"
 MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
 # the modules with the batch rules: none of the class's modules may import them
-BATCH = {"batch", "collation", "batch_rule"}
+BATCH = {"batch", "collation", "batch_verdict", "batch_moves", "batch_rule"}
 
 
 def _imports(path: pathlib.Path) -> list[tuple[str, list[str]]]:
@@ -103,6 +103,8 @@ def test_imports_point_one_way():
     assert graph["tensor"] == {"dicts"}
     assert "tensor" in graph["batch"] and "batch" in graph["batch_rule"]
     assert not graph["batch"] & BATCH and not graph["collation"] & BATCH - {"batch"}
+    assert graph["batch_moves"] & BATCH == {"batch", "batch_verdict"}
+    assert {"batch_verdict", "batch_moves"} <= graph["batch_rule"]
 
 
 def test_no_private_name_crosses_a_module_border():

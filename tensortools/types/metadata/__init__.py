@@ -13,6 +13,10 @@ Its modules, each importing only those above it in this list:
   (registered on the class when imported);
 - ``collation``: building batches: ``torch.stack`` of samples (a handler of the class),
   :func:`collate` (registered with ``default_collate``) and :func:`decollate`;
+- ``batch_verdict``: the words the batch rule is written in: a call with a batch, the
+  verdicts on its results, the kinds of rule;
+- ``batch_moves``: the batch rule's rules for calls that move dims, and for permutations
+  and selections of dim 0 (the sample each row holds);
 - ``batch_rule``: which other calls keep a batch, as one table (registered on the class
   when imported).
 """

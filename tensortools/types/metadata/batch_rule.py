@@ -20,13 +20,15 @@ is not a batch.
 The calls in ``SAME`` (shape-preserving calls of one tensor) keep the batch whatever
 their arguments, so the compiled path may run them (``BATCH_CALLS`` lists them); every
 other call with a batch, of any function, reaches :func:`settle` on the Python path.
+
+Its words (the call, the verdicts, the kinds of rule) are those of ``batch_verdict``,
+its rules for calls that move dims or rows those of ``batch_moves``.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -34,9 +36,51 @@ from torch import Tensor
 from torch.utils._pytree import tree_leaves
 
 from tensortools import ops
-from tensortools.dispatch.binding import argument
 from tensortools.dispatch.wrapper import argument_tensors
 from tensortools.types.metadata.batch import give, plain_shape
+from tensortools.types.metadata.batch_moves import (
+    flip,
+    flipud,
+    front_after_diag_embed,
+    front_after_diagonal,
+    front_after_layer_norm,
+    front_after_matrix_transpose,
+    front_after_movedim,
+    front_after_pad,
+    front_after_permute,
+    front_after_t,
+    front_after_transpose,
+    gather,
+    repeat,
+    repeat_interleave,
+    roll,
+    rot90,
+    sort,
+    take_along_dim,
+    tile,
+    topk,
+)
+from tensortools.types.metadata.batch_verdict import (
+    DROP,
+    KEEP,
+    Call,
+    argument_of,
+    cdist,
+    dim_of,
+    dims_of,
+    elementwise,
+    kept_rows,
+    leading,
+    matmul,
+    nn_softmax,
+    of_input,
+    operand,
+    over_dims,
+    quantile,
+    row_major,
+    same,
+    where,
+)
 from tensortools.types.metadata.dicts import same_value
 from tensortools.types.metadata.tensor import (
     BATCH_CALLS,
@@ -48,337 +92,15 @@ from tensortools.types.metadata.tensor import (
 __all__ = ["DROP", "KEEP", "RULES", "SAME", "settle", "verdict"]
 
 
-#: A verdict: every row of the result is the sample of the same row of the batch.
-KEEP = None
-
-
-class _Drop:
-    def __repr__(self) -> str:
-        return "DROP"
-
-
-#: A verdict: the result is not a batch (its metadata is the batch's, whole).
-DROP = _Drop()
-
-# (a list of ints is the third kind of verdict: row r holds sample list[r])
-
-
-class Call(NamedTuple):
-    """A call with a batch among its arguments, and its results."""
-
-    func: Callable
-    args: tuple
-    kwargs: dict
-    batch: Tensor  # the first metadata-carrying argument, a batch
-    ndim: int  # the batch's
-    size: int  # the batch's (its dim 0)
-    results: list  # the call's tensor results that are not its arguments
-
-
-def _arg(call: Call, position: int, default: Any = None, name: str | None = None) -> Any:
-    """The argument torch binds to `position`, or the keyword `name` (a parameter some
-    overloads take by keyword only: ``sort(b, stable=True, dim=0)``, ``aminmax(b, dim=1)``)."""
-    for key in _NAMES.get(name, (name,)) if name is not None else ():
-        if key in call.kwargs:
-            return call.kwargs[key]
-    return argument(call.func, call.args, call.kwargs, position, default)
-
-
-# (the NumPy spellings torch's argument parser also takes)
-_NAMES = {"dim": ("dim", "axis"), "input": ("input", "x", "a")}
-
-
-def _dim(d: Any, ndim: int) -> int | None:
-    try:
-        return operator.index(d) % max(ndim, 1)
-    except TypeError:
-        return None  # a dimension name: not dim 0 of a batch of unnamed dims
-
-
-def _dims(d: Any, ndim: int) -> list[int | None]:
-    return [_dim(x, ndim) for x in (d if isinstance(d, (list, tuple)) else [d])]
-
-
-def _is_input(call: Call, position: int = 0) -> bool:
-    return _arg(call, position) is call.batch
-
-
-def _rows(call: Call, same_ndim: bool = False) -> Any:
-    """KEEP where every result's dim 0 has the batch's size (and, where asked, the
-    batch's number of dims), else DROP: a check that the call's structure holds."""
-    for t in call.results:
-        shape = plain_shape(t)
-        if not shape or shape[0] != call.size or (same_ndim and len(shape) != call.ndim):
-            return DROP
-    return KEEP
-
-
-# -- the kinds of rule ------------------------------------------------------------------
-
-
-def same(call: Call) -> Any:
-    """A call of one tensor whose result has its shape, element by element or row by row
-    (``exp``, ``relu``, ``clone``, ``tril``, ``dropout``)."""
-    return KEEP
-
-
-def elementwise(call: Call) -> Any:
-    """Elementwise over broadcast arguments: the batch's rows stay in front unless
-    broadcasting adds dims before them or repeats a batch of one."""
-    return _rows(call, same_ndim=True)
-
-
-def where(call: Call) -> Any:
-    # (torch.where(cond) alone is nonzero: indices, not samples)
-    return elementwise(call) if len(call.args) + len(call.kwargs) > 1 else DROP
-
-
-def of_input(rule: Callable) -> Callable:
-    """`rule` where the batch is the call's first argument; DROP where it is another
-    (``t.view_as(b)`` holds t's values, not b's samples)."""
-
-    def checked(call: Call) -> Any:
-        return rule(call) if _is_input(call) else DROP
-
-    checked.__name__ = checked.__doc__ = f"of_input({rule.__name__})"
-    return checked
-
-
-def row_major(call: Call) -> Any:
-    """A reshape: the elements in their order, so a result whose dim 0 has the batch's
-    size holds sample r in row r (``view``, ``reshape``, ``flatten``, ``squeeze``)."""
-    return _rows(call)
-
-
-def over_dims(position: int, default: Any = None, name: str = "dim") -> Callable:
-    """A call over the dims of its argument at `position` (default `default`; None: every
-    dim): KEEP unless dim 0 is among them (a reduction or scan over the samples)."""
-
-    def rule(call: Call) -> Any:
-        dim = _arg(call, position, default, name)
-        if isinstance(dim, Tensor):  # torch.max(b, other) and the like
-            return elementwise(call)
-        if dim is None or isinstance(dim, bool) or dim == ():  # (std(b, True): every dim)
-            return DROP
-        if 0 in _dims(dim, call.ndim) or None in _dims(dim, call.ndim):
-            return DROP
-        return _rows(call)
-
-    rule.__name__ = f"over_dims({position}, {default!r})"
-    return rule
-
-
-def batched(min_ndim: int) -> Callable:
-    """A call whose dim 0 is a batch dim once its input has `min_ndim` dims (Linear on
-    ≥2-D, conv2d on 4-D, a loss over (N, C)): KEEP there, else DROP (an unbatched
-    input's dim 0 is channels or features)."""
-
-    def rule(call: Call) -> Any:
-        return _rows(call) if call.ndim >= min_ndim else DROP
-
-    rule.__name__ = f"batched({min_ndim})"
-    return rule
-
-
-def leading(keep: Callable[[Call], bool]) -> Callable:
-    """A call that moves dims: KEEP where `keep(call)` says dim 0 stays in front."""
-
-    def rule(call: Call) -> Any:
-        return _rows(call) if _is_input(call) and keep(call) else DROP
-
-    rule.__name__ = f"leading({keep.__name__})"
-    return rule
-
-
-# -- dim-moving calls: does dim 0 stay in front? ----------------------------------------
-
-
-def _permute(call: Call) -> bool:
-    dims = call.args[1:] if len(call.args) > 2 else _arg(call, 1, None, "dims")
-    dims = dims if isinstance(dims, (list, tuple)) else [dims]
-    return bool(dims) and _dim(dims[0], call.ndim) == 0
-
-
-def _transpose(call: Call) -> bool:
-    a, b = (
-        _dim(_arg(call, 1, None, "dim0"), call.ndim),
-        _dim(_arg(call, 2, None, "dim1"), call.ndim),
-    )
-    return (a == 0) == (b == 0) and a is not None and b is not None
-
-
-def _movedim(call: Call) -> bool:
-    src = _dims(_arg(call, 1, None, "source"), call.ndim)
-    dst = _dims(_arg(call, 2, None, "destination"), call.ndim)
-    if None in src or None in dst:
-        return False
-    if 0 in src:
-        return dst[src.index(0)] == 0
-    rest = [d for d in range(call.ndim) if d not in src]
-    return 0 not in dst and rest[:1] == [0]
-
-
-def _matrix_transpose(call: Call) -> bool:  # mT, mH, adjoint: the last two dims
-    return call.ndim >= 3
-
-
-def _transpose_2d(call: Call) -> bool:  # t(), T: a 1-D tensor's is itself
-    return call.ndim < 2
-
-
-def _pad(call: Call) -> bool:
-    return len(_arg(call, 1, (), "pad")) // 2 < call.ndim
-
-
-def _layer_norm(call: Call) -> bool:
-    shape = _arg(call, 1, (), "normalized_shape")
-    return len(shape if isinstance(shape, (list, tuple, torch.Size)) else [shape]) < call.ndim
-
-
-def _scalar_q(call: Call) -> bool:
-    q = _arg(call, 1, None, "q")
-    return not isinstance(q, Tensor) or q.dim() == 0
-
-
-def _nn_softmax(call: Call) -> Any:
-    """F.softmax, softmin, log_softmax: with no dim, torch's implicit one (dim 0 for 0-,
-    1- and 3-D inputs, else dim 1)."""
-    dim = _arg(call, 1, None, "dim")
-    if dim is None:
-        dim = 0 if call.ndim in (0, 1, 3) else 1
-    return DROP if _dim(dim, call.ndim) in (0, None) else _rows(call)
-
-
-def _quantile(call: Call) -> Any:
-    return over_dims(2)(call) if _scalar_q(call) else DROP
-
-
-# -- permutations and selections of dim 0: the samples each row holds -------------------
-
-
-def flip(call: Call) -> Any:
-    dims = call.args[1:] if len(call.args) > 2 else _arg(call, 1, None, "dims")
-    if 0 not in _dims(dims, call.ndim):
-        return _rows(call)
-    return list(range(call.size - 1, -1, -1))
-
-
-def flipud(call: Call) -> Any:
-    return list(range(call.size - 1, -1, -1))
-
-
-def roll(call: Call) -> Any:
-    shifts, dims = _arg(call, 1, None, "shifts"), _arg(call, 2, None, "dims")
-    shifts = list(shifts) if isinstance(shifts, (list, tuple)) else [shifts]
-    if dims is None:
-        if call.ndim != 1 or len(shifts) != 1:
-            return DROP  # (rolled over the flattened elements)
-        dims = [0]
-    dims = _dims(dims, call.ndim)
-    shift = sum(operator.index(s) for s, d in zip(shifts, dims) if d == 0)
-    n = call.size
-    return [(r - shift) % n for r in range(n)] if n else KEEP
-
-
-def rot90(call: Call) -> Any:
-    k = operator.index(_arg(call, 1, 1, "k")) % 4
-    dims = _dims(_arg(call, 2, (0, 1), "dims"), call.ndim)
-    if 0 not in dims or k == 0:
-        return _rows(call)
-    return list(range(call.size - 1, -1, -1)) if k == 2 else DROP
-
-
-def _order_values_only(call: Call, dim: Any, index_of: Callable) -> Any:
-    """sort/topk: over dim 0 of a 1-D batch the values are the samples they came from
-    (the indices say which); the indices, ranks among all the samples, are not. Over dim
-    0 of a larger batch each column is ordered apart: not a batch."""
-    if 0 not in _dims(dim, call.ndim):
-        return _rows(call)
-    if call.ndim != 1:
-        return DROP
-    values, indices = call.results[0], call.results[1]
-    with torch._C.DisableTorchFunctionSubclass():
-        order = index_of(indices.as_subclass(Tensor)).tolist()
-    return [order if t is values else DROP for t in call.results]
-
-
-def sort(call: Call) -> Any:
-    return _order_values_only(call, _arg(call, 1, -1, "dim"), lambda i: i)
-
-
-def topk(call: Call) -> Any:
-    return _order_values_only(call, _arg(call, 2, -1, "dim"), lambda i: i)
-
-
-def _whole_rows(index: Tensor) -> list[int] | None:
-    """The sample each row of `index` takes where every entry of a row names the same
-    sample (a gather of whole rows); else None."""
-    with torch._C.DisableTorchFunctionSubclass():
-        index = index.as_subclass(Tensor)
-        if index.dim() == 0:
-            return None
-        rows = index.reshape(index.shape[0], -1)
-        if rows.shape[1] == 0 or not bool((rows == rows[:, :1]).all()):
-            return None
-        return rows[:, 0].tolist()
-
-
-def gather(call: Call) -> Any:
-    dim, index = _dim(_arg(call, 1, None, "dim"), call.ndim), _arg(call, 2, None, "index")
-    if not isinstance(index, Tensor) or index.dim() != call.ndim:
-        return DROP
-    if dim != 0:
-        return list(range(plain_shape(index)[0]))  # row r of the result: from sample r
-    rows = _whole_rows(index)
-    return DROP if rows is None else [r % call.size for r in rows]
-
-
-def take_along_dim(call: Call) -> Any:
-    indices, dim = _arg(call, 1, None, "indices"), _arg(call, 2, None, "dim")
-    if dim is None or not isinstance(indices, Tensor) or indices.dim() != call.ndim:
-        return DROP
-    if _dim(dim, call.ndim) != 0:
-        return _rows(call)
-    rows = _whole_rows(indices)
-    return DROP if rows is None else [r % call.size for r in rows]
-
-
-def repeat(call: Call) -> Any:
-    sizes = call.args[1:] if len(call.args) > 2 else _arg(call, 1, None, "repeats")
-    sizes = list(sizes) if isinstance(sizes, (list, tuple, torch.Size)) else [sizes]
-    if len(sizes) != call.ndim:
-        return DROP  # (new dims in front)
-    return list(range(call.size)) * operator.index(sizes[0])
-
-
-def tile(call: Call) -> Any:
-    sizes = _arg(call, 1, None, "dims")
-    sizes = list(sizes) if isinstance(sizes, (list, tuple, torch.Size)) else [sizes]
-    if len(sizes) > call.ndim:
-        return DROP
-    first = sizes[0] if len(sizes) == call.ndim else 1
-    return list(range(call.size)) * operator.index(first)
-
-
-def repeat_interleave(call: Call) -> Any:
-    repeats, dim = _arg(call, 1, None, "repeats"), _arg(call, 2, None, "dim")
-    if dim is None:
-        return DROP  # (over the flattened elements)
-    if _dim(dim, call.ndim) != 0:
-        return _rows(call)
-    if isinstance(repeats, Tensor):
-        counts = repeats.tolist() if repeats.dim() else [int(repeats)] * call.size
-    else:
-        counts = [operator.index(repeats)] * call.size
-    return [i for i, c in enumerate(counts) for _ in range(c)]
+# -- the rules of calls on several batches or of tensortools.ops ---------------------------
 
 
 def _cat(call: Call) -> Any:
     """cat along another dim than 0: the rows of tensors of one length side by side (along
     dim 0, batches are joined by the rule of metadata.batch; anything else there is not one)."""
-    if 0 in _dims(_arg(call, 1, 0, "dim"), call.ndim):
+    if 0 in dims_of(argument_of(call, 1, 0, "dim"), call.ndim):
         return DROP
-    return _rows(call, same_ndim=True)
+    return kept_rows(call, same_ndim=True)
 
 
 def _stack(call: Call) -> Any:
@@ -386,10 +108,10 @@ def _stack(call: Call) -> Any:
     the handler of metadata.collation): row r stacks row r of each tensor, one sample's steps where
     every stacked tensor that carries metadata is a batch of the same samples (the same
     metadata); else rows hold several batches' samples, and that is not a batch."""
-    if _dim(_arg(call, 1, 0, "dim"), call.ndim + 1) == 0:
+    if dim_of(argument_of(call, 1, 0, "dim"), call.ndim + 1) == 0:
         return DROP
     samples = call.batch.metadata
-    for t in _arg(call, 0, ()):
+    for t in argument_of(call, 0, ()):
         metadata = getattr(t, "metadata", None)
         if t is call.batch or metadata is None:
             continue  # (a plain tensor's rows join the samples', as in b + t)
@@ -397,53 +119,15 @@ def _stack(call: Call) -> Any:
             return DROP
         if not all(same_value(metadata[key], samples[key]) for key in samples):
             return DROP
-    return _rows(call)
+    return kept_rows(call)
 
 
 def _sequence(call: Call) -> Any:
     """tensortools.ops.lltm_sequence(input T×B×F, ..., h0, c0): h_n and c_n have h0's
     rows; the output's dim 0 is time."""
-    if call.batch is not _arg(call, 3) and call.batch is not _arg(call, 4):
+    if call.batch is not argument_of(call, 3) and call.batch is not argument_of(call, 4):
         return DROP
-    return [DROP, *([_rows(call)] * (len(call.results) - 1))]
-
-
-def _matmul(first: int) -> Callable:
-    """matmul and @ (the left operand at `first`): a 2-D batch on the left times a
-    matrix or a vector (its rows), or a batch of matrices of ≥3 dims on either side."""
-
-    def rule(call: Call) -> Any:
-        left, right = _arg(call, first), _arg(call, 1 - first)
-        if call.ndim == 2 and left is call.batch:
-            other = right.dim() if isinstance(right, Tensor) else 0
-            return _rows(call) if other <= 2 else DROP
-        return _rows(call, same_ndim=True) if call.ndim >= 3 else DROP
-
-    rule.__name__ = f"matmul(left={first})"
-    return rule
-
-
-def operand(positions: tuple, min_ndim: int = 1) -> Callable:
-    """A call whose result's rows are those of its arguments at `positions` (``addmm``'s
-    input and mat1, not mat2; ``F.linear``'s input, not its weight): KEEP where the
-    batch is one of them with at least `min_ndim` dims."""
-
-    def rule(call: Call) -> Any:
-        if call.ndim < min_ndim or not any(_arg(call, p) is call.batch for p in positions):
-            return DROP
-        return _rows(call)
-
-    rule.__name__ = f"operand({positions}, {min_ndim})"
-    return rule
-
-
-def _cdist(call: Call) -> Any:
-    return operand((0,), 2)(call) if call.ndim == 2 else batched(3)(call)
-
-
-def _diag_embed(call: Call) -> bool:
-    new = _dims((_arg(call, 2, -2, "dim1"), _arg(call, 3, -1, "dim2")), call.ndim + 1)
-    return 0 not in new
+    return [DROP, *([kept_rows(call)] * (len(call.results) - 1))]
 
 
 # -- the table: function -> rule ----------------------------------------------------------
@@ -550,25 +234,22 @@ _add("unfold", over_dims(1, None, "dimension"))
 _add("vector_norm norm", over_dims(2, None), (torch.linalg,))
 _add("cross", over_dims(2, -1), (torch.linalg,))
 _add("matrix_norm", over_dims(2, (-2, -1)), (torch.linalg,))
-_add("softmax log_softmax softmin", _nn_softmax, _NN)
+_add("softmax log_softmax softmin", nn_softmax, _NN)
 _add("glu", over_dims(1, -1), _NN)
 _add("normalize cosine_similarity", over_dims(2, 1), _NN)
 _add("gumbel_softmax", over_dims(4, -1), _NN)
-_add("quantile nanquantile", _quantile)
+_add("quantile nanquantile", quantile)
 
 # Calls that move dims: dim 0 must stay in front.
-_add("permute", leading(_permute))
-_add("transpose swapaxes swapdims", leading(_transpose))
-_add("movedim moveaxis", leading(_movedim))
-_add("adjoint", leading(_matrix_transpose))
-_add("t", leading(_transpose_2d))
-RULES.update(dict.fromkeys(_getters("mT mH"), leading(_matrix_transpose)))
-RULES.update(dict.fromkeys(_getters("T H"), leading(_transpose_2d)))
-_add(
-    "diagonal",
-    leading(lambda c: 0 not in _dims((_arg(c, 2, 0, "dim1"), _arg(c, 3, 1, "dim2")), c.ndim)),
-)
-_add("diag_embed", leading(_diag_embed))
+_add("permute", leading(front_after_permute))
+_add("transpose swapaxes swapdims", leading(front_after_transpose))
+_add("movedim moveaxis", leading(front_after_movedim))
+_add("adjoint", leading(front_after_matrix_transpose))
+_add("t", leading(front_after_t))
+RULES.update(dict.fromkeys(_getters("mT mH"), leading(front_after_matrix_transpose)))
+RULES.update(dict.fromkeys(_getters("T H"), leading(front_after_t)))
+_add("diagonal", leading(front_after_diagonal))
+_add("diag_embed", leading(front_after_diag_embed))
 
 # Permutations and selections of dim 0: each row carries its sample's metadata.
 _add("flip", flip)
@@ -584,14 +265,14 @@ _add("tile", tile)
 _add("repeat_interleave", repeat_interleave)
 
 # Linear algebra: rows times a matrix, or batches of matrices.
-_add("matmul __matmul__", _matmul(0))
-_add("__rmatmul__", _matmul(1))
+_add("matmul __matmul__", matmul(0))
+_add("__rmatmul__", matmul(1))
 _add("mm mv outer ger", operand((0,)))
 _add("inner", operand((0,), 2))
 _add("bmm", operand((0, 1), 3))
 _add("baddbmm", operand((0, 1, 2), 3))
 _add("addmm addmv", operand((0, 1), 2))
-_add("cdist", _cdist)
+_add("cdist", cdist)
 _add("det logdet slogdet inverse matrix_exp pinverse cholesky", operand((0,), 3))
 _add(
     "det slogdet inv cholesky qr svd svdvals eigh eigvalsh eig eigvals pinv matrix_rank matrix_exp",
@@ -618,8 +299,8 @@ _add("fold", operand((0,), 3), _NN)
 _add("interpolate upsample upsample_nearest upsample_bilinear", operand((0,), 3), _NN)
 _add("grid_sample", operand((0, 1), 4), _NN)
 _add("affine_grid", operand((0,), 3), _NN)
-_add("layer_norm rms_norm", leading(_layer_norm), (torch, F))
-_add("pad", leading(_pad), _NN)
+_add("layer_norm rms_norm", leading(front_after_layer_norm), (torch, F))
+_add("pad", leading(front_after_pad), _NN)
 _add(
     "cross_entropy nll_loss multi_margin_loss multilabel_margin_loss "
     "multilabel_soft_margin_loss cosine_embedding_loss triplet_margin_loss "
