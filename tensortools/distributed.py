@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from tensortools.types import MetadataTensor
-from tensortools.types.metadata_tensor import metadata_of
+from tensortools.types.metadata import metadata_of
 
 __all__ = ["all_gather"]
 

@@ -1,6 +1,7 @@
-"""Every index form torch accepts, on MetadataTensor batches (tensortools/types/batch_index.py
-and the indexing rule of tensortools/types/metadata_batch.py): row by row, each row's label
-is the sample whose values it holds, against plain torch's indexing of the same data.
+"""Every index form torch accepts, on MetadataTensor batches
+(tensortools/types/metadata/batch_index.py and the indexing rule of
+tensortools/types/metadata/batch.py): row by row, each row's label is the sample whose
+values it holds, against plain torch's indexing of the same data.
 
 Sample s holds the values 100 * s + k (k < 100), so that a row's values say which sample
 they come from. A result that is a batch labels each row; one sample's result holds only

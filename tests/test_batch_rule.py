@@ -1,4 +1,4 @@
-"""The batch rule (tensortools/types/batch_rule.py): a call keeps a MetadataTensor batch
+"""The batch rule (tensortools/types/metadata/batch_rule.py): a call keeps a MetadataTensor batch
 only where every row of its result is the sample the row's label names; calls that move
 the rows carry the labels with them; anything else drops the batch.
 

@@ -77,8 +77,8 @@ def test_batch_rules_read_torch_keywords():
     """A MetadataTensor batch taken apart or reduced with keywords (``torch.select(b,
     dim=0, index=1)``, ``b.sum(axis=0)``) gives each piece its samples' metadata, as the
     positional call does."""
-    from tensortools.types.batch_rule import RULES
-    from tensortools.types.metadata_tensor import BATCH_RULES
+    from tensortools.types.metadata.batch_rule import RULES
+    from tensortools.types.metadata.tensor import BATCH_RULES
 
     def make(t):
         if t.dim() == 0 or t.shape[0] == 0:

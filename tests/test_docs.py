@@ -235,7 +235,7 @@ def test_api_reference_builds_without_warnings(tmp_path):
         ops,
         reference,
         types.scalar,
-        types.metadata_tensor,
+        types.metadata,
         types.logging_tensor,
     ]
     missing = [

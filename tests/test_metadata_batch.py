@@ -1,4 +1,4 @@
-"""MetadataTensor batches (tensortools/types/metadata_batch.py): every way of taking a
+"""MetadataTensor batches (tensortools/types/metadata/batch.py): every way of taking a
 batch apart along dim 0 gives each piece its own samples' metadata, for batches made by
 default_collate, torch.stack and torch.cat; building batches keeps every sample; the
 rest of a pipeline keeps the batch; bad batches are refused by name."""

@@ -8,7 +8,7 @@ import torch
 from test_testing_kit import QUICK, TYPES, make_metadata, metadata_rule
 
 from tensortools import testing
-from tensortools.types.metadata_tensor import MetadataTensor, metadata_of
+from tensortools.types.metadata import MetadataTensor, metadata_of
 
 #: Every check but the slow one (compile) and modules.
 CHECKS = [c for c in testing.CHECKS if c not in ("compile", "modules")]

@@ -8,7 +8,7 @@ import torch
 from test_testing_kit import QUICK, TYPES, make_metadata, metadata_rule
 
 from tensortools import MetadataTensor, ScalarTensor, testing
-from tensortools.types.metadata_tensor import metadata_of
+from tensortools.types.metadata import metadata_of
 
 
 def _report(cls, make, **options):

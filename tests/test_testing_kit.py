@@ -12,7 +12,7 @@ from torch.utils._pytree import tree_leaves
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, coverage, testing
 from tensortools.dispatch import CannotHoldResult
-from tensortools.types.metadata_tensor import metadata_of
+from tensortools.types.metadata import metadata_of
 
 # A quick selection: unary and binary pointwise, reductions, shape functions, linear
 # algebra, functions returning several tensors.

@@ -8,7 +8,7 @@ from test_testing_kit import TYPES, make_metadata, metadata_rule
 
 import tensortools.testing
 from tensortools import MetadataTensor, testing
-from tensortools.types.metadata_tensor import metadata_of
+from tensortools.types.metadata import metadata_of
 
 OTHER_CHECKS = [c for c in testing.CHECKS if c not in ("modules", "compile")]
 SMALL = ["add", "exp", "sum", "matmul", "transpose"]

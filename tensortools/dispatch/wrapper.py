@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import enum
-import functools
 import pickle
 import weakref
 from collections.abc import Callable
@@ -189,7 +188,7 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     @classmethod
     def _instance(cls, tensor: Tensor) -> Tensor:
         """tensor as an instance of cls: itself where wrap_outputs changed its class in
-        place (a new result of tensortools' own operators), else torch's alias
+        place (a new result of a function in FRESH_RESULTS), else torch's alias
         (``as_subclass``: the same values and gradients, but a view)."""
         return tensor if type(tensor) is cls else tensor.as_subclass(cls)
 
@@ -346,25 +345,21 @@ def _walked_tensors(args: tuple, kwargs: dict | None) -> list[Tensor]:
 INSTANCE_WRAPS: set = {TensorWrapper.wrap.__func__}
 
 
-@functools.cache
-def _own_operators() -> frozenset:
-    """tensortools.ops' public functions (imported on first use: ops imports this module)."""
-    import tensortools.ops as ops
-
-    return frozenset(getattr(ops, name) for name in ops.__all__)
+#: Functions whose results that are not their arguments are new tensors nobody else holds
+#: (tensortools.ops adds its operators when imported): a wrapper type's new plain result
+#: of one of them may change class in place rather than become an alias.
+FRESH_RESULTS: set = set()
 
 
 def _adopts_results(cls: type, func: Callable) -> bool:
     """Whether a new plain result of func may change class in place rather than become an
-    alias: func is one of tensortools' own operators (their results that are not
-    arguments are new tensors nobody else holds), cls's wrap makes its instance with
+    alias: func is in FRESH_RESULTS, cls's wrap makes its instance with
     ``_instance``, cls has no __torch_dispatch__ (whose dispatch key only as_subclass
     sets), and the call runs eagerly (torch.compile traces the alias)."""
     return (
-        # (is_compiling first: under torch.compile the rest is never traced, and dynamo
-        # warns on every compile that calls the functools.cache of _own_operators)
+        # (is_compiling first: under torch.compile the rest is never traced)
         not torch.compiler.is_compiling()
-        and func in _own_operators()
+        and func in FRESH_RESULTS
         and getattr(cls.wrap, "__func__", None) in INSTANCE_WRAPS
         and cls.__torch_dispatch__ is torch._C._disabled_torch_dispatch_impl
     )

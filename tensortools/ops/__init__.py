@@ -13,6 +13,7 @@ Python types of the arguments, and layouts that no kernel is registered for.
 import importlib
 
 import tensortools._native  # noqa: F401  (registers torch.ops.tensortools)
+from tensortools.dispatch.wrapper import FRESH_RESULTS
 
 #: The operator modules, one per operator family: each exports its entry points in its
 #: __all__, and they become tensortools.ops.<name> (adding an operator adds its module
@@ -29,4 +30,6 @@ for _name in MODULES:
         globals()[_public] = _function
         __all__.append(_public)
 __all__.sort()
+# (every result of these that is not an argument is a new tensor: see FRESH_RESULTS)
+FRESH_RESULTS.update(globals()[name] for name in __all__)
 del _name, _module, _public, _function

@@ -1,4 +1,8 @@
-"""MetadataTensor: a tensor whose ``metadata`` dict follows it through any computation."""
+"""MetadataTensor: a tensor whose ``metadata`` dict follows it through any computation.
+
+The class, on the rules for its dicts (``dicts``); the rules for calls on batches live in
+the modules above it, which register them here when imported (``BATCH_RULES``,
+``BATCH_CALLS``, :func:`register_batch_results`)."""
 
 from __future__ import annotations
 
@@ -21,22 +25,39 @@ from tensortools.dispatch.wrapper import (
     argument_tensors,
     keeps_hooks,
 )
+from tensortools.types.metadata.dicts import (
+    MergePolicy,
+    check_batch,
+    check_merge_policy,
+    merge,
+    metadata_of,
+    sample_rows,
+)
 
-__all__ = ["MetadataTensor", "MERGE_POLICIES", "collate", "decollate"]
+__all__ = ["MetadataTensor", "register_batch_results"]
 
-#: The named merge policies; a callable taking the list of dicts is accepted too.
-MERGE_POLICIES = ("first", "strict", "union")
-MergePolicy = str | Callable[[list], dict]
-
-#: Rules for calls with a batch among their arguments (tensortools.types.metadata_batch
+#: Rules for calls with a batch among their arguments (tensortools.types.metadata.batch
 #: fills it): function -> rule(cls, func, types, args, kwargs), NotImplemented where the
 #: call takes no batch apart.
 BATCH_RULES: dict[Callable, Callable] = {}
 
 #: The functions whose calls with a batch among their arguments the compiled path may run
-#: itself, keeping the batch (tensortools.types.metadata_batch fills it from the rule's
-#: table in tensortools.types.batch_rule); any other call with a batch takes the Python path.
+#: itself, keeping the batch (tensortools.types.metadata.batch_rule fills it from its
+#: table); any other call with a batch takes the Python path.
 BATCH_CALLS: dict[Callable, None] = {}
+
+
+def register_batch_results(rule: Callable) -> None:
+    """Make `rule(func, args, kwargs, out, argument tensors) -> out` decide which results
+    of the fallback's calls with a batch among their arguments and no rule of
+    ``BATCH_RULES`` stay a batch (tensortools.types.metadata.batch_rule registers its
+    table's when imported; until then they keep the batch the wrap gave them)."""
+    global _batch_results
+    _batch_results = rule
+
+
+def _batch_results(func, args, kwargs, out, tensors):
+    return out  # (until register_batch_results replaces it)
 
 
 class _BatchContext(dict):
@@ -103,7 +124,7 @@ class MetadataTensor(TensorWrapper):
                     f"{type(self).__name__}: 'batch_size' must be a non-negative int or None, "
                     f"got {size!r}"
                 )
-            check_batch(metadata_of(self) or {}, size, _rows(self))
+            check_batch(metadata_of(self) or {}, size, sample_rows(self))
         self._batch_size = size
 
     @property
@@ -117,7 +138,7 @@ class MetadataTensor(TensorWrapper):
         0 with ``metadata``, each of whose values holds one entry per sample (checked)."""
         context = _BatchContext(metadata)
         context.batch_size = batch_size
-        check_batch(context, batch_size, _rows(data))
+        check_batch(context, batch_size, sample_rows(data))
         return cls.wrap(data, context)
 
     def __getitem__(self, index: Any) -> Tensor:
@@ -161,7 +182,7 @@ class MetadataTensor(TensorWrapper):
         size = state.get("_batch_size")
         if size is not None:  # (what saves also loads: a batch that holds its samples)
             try:
-                check_batch(dict(state.get("metadata", {})), size, _rows(self))
+                check_batch(dict(state.get("metadata", {})), size, sample_rows(self))
             except ValueError as err:
                 raise pickle.PicklingError(str(err)) from None
         return state
@@ -173,7 +194,7 @@ class MetadataTensor(TensorWrapper):
             size = self.__dict__.get("_batch_size")
             if size is not None:
                 try:
-                    check_batch(self.metadata, size, _rows(self))
+                    check_batch(self.metadata, size, sample_rows(self))
                 except ValueError as err:
                     raise pickle.UnpicklingError(
                         f"{type(self).__name__}: invalid saved state; {err}"
@@ -188,13 +209,13 @@ class MetadataTensor(TensorWrapper):
         ``"strict"`` (a key with different values raises ValueError), ``"union"`` (all
         keys; the first argument holding a key gives its value) or a callable taking the
         list of input dicts and returning the result's dict. Returns the previous one."""
-        _check_merge_policy(policy)
+        check_merge_policy(policy)
         return _MERGE_POLICY.set(cls, policy)
 
     @classmethod
     def merge_policy(cls, policy: MergePolicy) -> contextlib.AbstractContextManager:
         """Context manager: ``policy`` inside the block, in the current thread only."""
-        _check_merge_policy(policy)
+        check_merge_policy(policy)
         return _MERGE_POLICY.override(cls, policy)
 
     @classmethod
@@ -230,7 +251,7 @@ class MetadataTensor(TensorWrapper):
                 if not found:
                     size = getattr(a, "_batch_size", None)
                 found.append(metadata)
-        merged = _merge(_MERGE_POLICY.value_for(cls), found)
+        merged = merge(_MERGE_POLICY.value_for(cls), found)
         if size is None:
             return merged
         context = _BatchContext(merged)
@@ -262,7 +283,7 @@ class MetadataTensor(TensorWrapper):
         else:
             context = cls.context(func, args, kwargs)
         out = cls._run_and_wrap(func, types, args, kwargs, tensors, context)
-        return settle(func, args, kwargs, out, tensors)
+        return _batch_results(func, args, kwargs, out, tensors)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -274,7 +295,7 @@ class MetadataTensor(TensorWrapper):
                 if setting is _TRACKING:
                     setting.set(cls, bool(value))
                 else:
-                    _check_merge_policy(value)
+                    check_merge_policy(value)
         cls._on_settings_change()  # (the class body's settings, adopted just now)
 
     # -- dispatch: the compiled path of TensorWrapper, and the Python one ----------------
@@ -346,82 +367,10 @@ def _kin(cls: type, types: tuple) -> bool:
 _WRAP_METADATA = int(WrapperPath.WRAP_METADATA)
 
 
-def _check_merge_policy(policy: Any) -> None:
-    if not callable(policy) and policy not in MERGE_POLICIES:
-        raise ValueError(
-            "MetadataTensor: 'policy' must be one of "
-            f"{MERGE_POLICIES} or a callable, got {policy!r}"
-        )
-
-
-def _rows(t: Tensor) -> int:
-    """The size of t's dim 0, the number of samples it can hold (none for a 0-d tensor)."""
-    with torch._C.DisableTorchFunctionSubclass():
-        shape = t.shape
-    if not shape:
-        raise ValueError(
-            f"MetadataTensor: a batch must have a dim 0 holding its samples; got a 0-d "
-            f"{type(t).__name__}"
-        )
-    return shape[0]
-
-
-def metadata_of(tensor: Tensor) -> dict | None:
-    """A MetadataTensor's metadata dict, or None where it has none (a tensor made a
-    MetadataTensor by other means, such as as_subclass, has no dict yet)."""
-    return getattr(tensor, "metadata", None)  # (not __dict__, which torch.compile refuses)
-
-
-def _merge(policy: MergePolicy, dicts: list[dict]) -> dict:
-    if not dicts:
-        return {}
-    if policy == "first":
-        return dicts[0]
-    if callable(policy):
-        merged = policy([dict(d) for d in dicts])
-        if not isinstance(merged, Mapping):
-            raise TypeError(
-                f"MetadataTensor merge policy must return a dict, got {type(merged).__name__}"
-            )
-        return merged
-    merged: dict = {}
-    for d in dicts:
-        for key, value in d.items():
-            if key not in merged:
-                merged[key] = value
-            elif policy == "strict" and not _same(merged[key], value):
-                raise ValueError(
-                    f"MetadataTensor (merge policy 'strict'): key {key!r} has "
-                    f"conflicting values {merged[key]!r} and {value!r}"
-                )
-    return merged
-
-
-def _same(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    if isinstance(a, Tensor) or isinstance(b, Tensor):
-        return (
-            isinstance(a, Tensor)
-            and isinstance(b, Tensor)
-            and a.shape == b.shape
-            and bool(torch.equal(a, b))
-        )
-    try:
-        return bool(a == b)
-    except Exception:  # values whose == is not a truth value are different
-        return False
-
-
 # torch.load(weights_only=True) may rebuild MetadataTensors once tensortools is imported.
 MetadataTensor._on_settings_change()  # (its record, now that the class exists)
 INSTANCE_WRAPS.add(MetadataTensor.wrap.__func__)
 torch.serialization.add_safe_globals([MetadataTensor])
-
-# Batches: their rules, collation and decollation (a module of their own, registered now
-# that the class exists).
-from tensortools.types.batch_rule import settle  # noqa: E402
-from tensortools.types.metadata_batch import check_batch, collate, decollate  # noqa: E402
 
 
 def _keeps_the_metadata(cls, result):

@@ -4,39 +4,39 @@ A MetadataTensor made by collation (``default_collate``, hence any ``DataLoader`
 ``torch.stack`` of samples along dim 0 is a *batch*: its ``batch_size`` is the number of
 samples along dim 0, and each value of its metadata holds one entry per sample (a list,
 or a tensor whose rows are the samples'). Calls that take a batch apart along dim 0 give
-each piece its samples' metadata; ``torch.cat`` of batches along dim 0 joins them; every
-other call keeps the batch as it is.
+each piece its samples' metadata; ``torch.cat`` of batches along dim 0 joins them (the
+rule of every other call is :mod:`~tensortools.types.metadata.batch_rule`'s table; how
+batches are built, :mod:`~tensortools.types.metadata.collation`).
 
 Where the rules run: ``BATCH_RULES`` (function -> rule) is read by
 :meth:`MetadataTensor.fallback`, and the compiled path hands a call of one of its
 functions to the Python path only when a batch is among the arguments; every other call,
-a batch's included, stays compiled (its results take the batch size). ``torch.stack``,
-which builds a batch out of samples, is a handler of MetadataTensor's table.
+a batch's included, stays compiled (its results take the batch size).
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from tensortools.dispatch.binding import argument
-from tensortools.types.batch_index import MIXED, Selection, index_selection
-from tensortools.types.batch_rule import functions_for_the_compiled_path
-from tensortools.types.metadata_tensor import (
-    BATCH_CALLS,
-    BATCH_RULES,
-    MetadataTensor,
+from tensortools.types.metadata.batch_index import MIXED, Selection, index_selection
+from tensortools.types.metadata.dicts import (
+    check_batch,
+    check_same_keys,
     metadata_of,
+    stackable,
 )
+from tensortools.types.metadata.tensor import BATCH_RULES, MetadataTensor
 
-__all__ = ["check_batch", "collate", "decollate"]
+__all__ = ["batch_size_of", "give", "is_dim0", "plain_shape"]
 
 
-def _shape(t: Tensor) -> torch.Size:
+def plain_shape(t: Tensor) -> torch.Size:
     """t's shape, read without a call through __torch_function__ (a batch's own calls
     would come back here)."""
     with torch._C.DisableTorchFunctionSubclass():
@@ -46,35 +46,6 @@ def _shape(t: Tensor) -> torch.Size:
 def batch_size_of(t: Any) -> int | None:
     """The batch size of a MetadataTensor batch; None for anything else."""
     return getattr(t, "_batch_size", None) if isinstance(t, MetadataTensor) else None
-
-
-def check_batch(metadata: dict, size: int, rows: int | None = None, what: str = "batch") -> None:
-    """Raise ValueError unless every value of `metadata` holds `size` entries (a list or
-    tuple of that length, or a tensor of that many rows) and, where given, `rows` (the
-    tensor's dim 0) equals `size`."""
-    if rows is not None and rows != size:
-        raise ValueError(
-            f"MetadataTensor: a {what} of {size} samples whose dim 0 has {rows} entries; "
-            "a call moved or reduced its samples' dimension (set batch_size = None to "
-            "treat it as one tensor)"
-        )
-    for key, value in metadata.items():
-        if isinstance(value, (list, tuple)):
-            n = len(value)
-        elif isinstance(value, Tensor) and value.dim() > 0:
-            n = value.shape[0]
-        else:
-            raise ValueError(
-                f"MetadataTensor: a {what} of {size} samples holds {type(value).__name__} "
-                f"under metadata key {key!r}; every value of a batch's metadata must hold "
-                "one entry per sample (a list, or a tensor with a row per sample)"
-            )
-        if n != size:
-            raise ValueError(
-                f"MetadataTensor: a {what} of {size} samples holds {n} entries under "
-                f"metadata key {key!r}; every value of a batch's metadata must hold one "
-                "entry per sample"
-            )
 
 
 def _select(metadata: dict, selection: Selection) -> dict:
@@ -105,8 +76,9 @@ def _count(size: int, selection: Selection) -> int | None:
     return len(selection)
 
 
-def _give(result: Any, metadata: dict, size: int, selection: Selection) -> None:
-    """Set a result of a batch's call to the samples of `selection`."""
+def give(result: Any, metadata: dict, size: int, selection: Selection) -> None:
+    """Set a result of a batch's call to the samples of `selection` of the batch's
+    `metadata` (of `size` samples); anything but a MetadataTensor is left as it is."""
     if not isinstance(result, MetadataTensor):
         return
     if type(selection) is int:  # (one sample, the common case)
@@ -115,13 +87,13 @@ def _give(result: Any, metadata: dict, size: int, selection: Selection) -> None:
         return
     result.metadata = _select(metadata, selection)
     count = _count(size, selection)
-    result._batch_size = count if count is not None and len(_shape(result)) else None
+    result._batch_size = count if count is not None and len(plain_shape(result)) else None
 
 
 # -- which samples a call takes -------------------------------------------------------
 
 
-def _is_dim0(dim: Any, ndim: int) -> bool:
+def is_dim0(dim: Any, ndim: int) -> bool:
     if isinstance(dim, (list, tuple)) and len(dim) == 1:
         dim = dim[0]
     try:
@@ -135,8 +107,8 @@ def _split_selections(func, args, kwargs, results, size) -> list[Selection] | No
     """The samples each piece of a split along dim 0 takes (None: the split is not along
     dim 0)."""
     name = getattr(func, "__name__", "")
-    ndim = len(_shape(_batch_argument(func, args, kwargs)))
-    if not _is_dim0(argument(func, args, kwargs, 2, 0), ndim):
+    ndim = len(plain_shape(_batch_argument(func, args, kwargs)))
+    if not is_dim0(argument(func, args, kwargs, 2, 0), ndim):
         return None
     if name == "tensor_split":
         indices = argument(func, args, kwargs, 1, None)
@@ -147,7 +119,7 @@ def _split_selections(func, args, kwargs, results, size) -> list[Selection] | No
             return [slice(bounds[k], bounds[k + 1]) for k in range(len(bounds) - 1)]
     start, out = 0, []
     for r in results:
-        rows = _shape(r)[0]
+        rows = plain_shape(r)[0]
         out.append(slice(start, start + rows))
         start += rows
     return out
@@ -171,7 +143,7 @@ def _checked(batch: Any, what: str = "batch") -> tuple[dict, int, int] | None:
     if size is None:
         return None
     metadata = metadata_of(batch) or {}
-    shape = _shape(batch)
+    shape = plain_shape(batch)
     check_batch(metadata, size, shape[0] if shape else 0, what)
     return metadata, size, len(shape)
 
@@ -199,7 +171,7 @@ def _getitem(cls, func, types, args, kwargs):
         if isinstance(out, MetadataTensor):
             out.metadata, out._batch_size = dict(metadata), None
         return out
-    _give(out, metadata, size, selection)
+    give(out, metadata, size, selection)
     return out
 
 
@@ -216,7 +188,7 @@ def _taking_apart(pick: Callable) -> Callable:
         metadata, size, ndim = found
         out = _plain_fallback(cls, func, types, args, kwargs)
         for piece, selection in pick(func, args, kwargs, out, size, ndim):
-            _give(piece, metadata, size, selection)
+            give(piece, metadata, size, selection)
         return out
 
     return rule
@@ -227,20 +199,20 @@ def _pieces(func, args, kwargs, out, size, ndim):
     """unbind, split, chunk, tensor_split along dim 0: each piece its samples."""
     if getattr(func, "__name__", "") == "unbind":
         dim = argument(func, args, kwargs, 1, 0)
-        return list(zip(out, range(len(out)))) if _is_dim0(dim, ndim) else []
+        return list(zip(out, range(len(out)))) if is_dim0(dim, ndim) else []
     return list(zip(out, _split_selections(func, args, kwargs, out, size) or []))
 
 
 @_taking_apart
 def _select_rule(func, args, kwargs, out, size, ndim):
-    if not _is_dim0(argument(func, args, kwargs, 1, None), ndim):
+    if not is_dim0(argument(func, args, kwargs, 1, None), ndim):
         return []
     return [(out, operator.index(argument(func, args, kwargs, 2, 0)) % size)]
 
 
 @_taking_apart
 def _narrow(func, args, kwargs, out, size, ndim):
-    if not _is_dim0(argument(func, args, kwargs, 1, None), ndim):
+    if not is_dim0(argument(func, args, kwargs, 1, None), ndim):
         return []
     start = operator.index(argument(func, args, kwargs, 2, 0)) % max(size, 1)
     length = operator.index(argument(func, args, kwargs, 3, 0))
@@ -249,7 +221,7 @@ def _narrow(func, args, kwargs, out, size, ndim):
 
 @_taking_apart
 def _index_select(func, args, kwargs, out, size, ndim):
-    if not _is_dim0(argument(func, args, kwargs, 1, None), ndim):
+    if not is_dim0(argument(func, args, kwargs, 1, None), ndim):
         return []
     index = argument(func, args, kwargs, 2, None)
     return [(out, [i % size for i in index.reshape(-1).tolist()])]
@@ -287,9 +259,9 @@ def _cat(cls, func, types, args, kwargs):
         or not all(isinstance(t, Tensor) for t in tensors)
     ):
         return NotImplemented
-    shapes = [_shape(t) for t in tensors]
+    shapes = [plain_shape(t) for t in tensors]
     ndim = max(len(shape) for shape in shapes)
-    if not _is_dim0(dim, ndim):
+    if not is_dim0(dim, ndim):
         return NotImplemented
     sizes = [batch_size_of(t) for t in tensors]
     if all(s is None for s in sizes):
@@ -312,7 +284,7 @@ def _cat(cls, func, types, args, kwargs):
         metadata = metadata_of(tensors[k]) or {}
         check_batch(metadata, sizes[k], shapes[k][0], f"batch (tensor {k} of torch.cat)")
         dicts.append(metadata)
-    _check_same_keys(dicts, "torch.cat of MetadataTensor batches", "tensor", "batches joined")
+    check_same_keys(dicts, "torch.cat of MetadataTensor batches", "tensor", "batches joined")
     out = _plain_fallback(cls, func, types, args, kwargs)
     metadata = {key: _join([d[key] for d in dicts]) for key in dicts[0]}
     out.metadata, out._batch_size = metadata, sum(sizes[k] for k in joined)
@@ -322,20 +294,9 @@ def _cat(cls, func, types, args, kwargs):
 def _join(values: list) -> Any:
     """Per-sample entries of several batches, in order: tensors of rows joined into one
     when they can be, else a list."""
-    if all(isinstance(v, Tensor) for v in values) and _stackable(values, 1):
+    if all(isinstance(v, Tensor) for v in values) and stackable(values, 1):
         return torch.cat(values)
     return [x for v in values for x in v]
-
-
-def _stackable(values: Sequence, skip: int = 0) -> bool:
-    first = values[0]
-    return all(
-        isinstance(v, Tensor)
-        and v.shape[skip:] == first.shape[skip:]
-        and v.dtype == first.dtype
-        and v.device == first.device
-        for v in values
-    )
 
 
 BATCH_RULES.update(
@@ -356,127 +317,3 @@ BATCH_RULES.update(
         **{f: _index_select for f in (torch.index_select, Tensor.index_select)},
     }
 )
-
-
-BATCH_CALLS.update(dict.fromkeys(functions_for_the_compiled_path(BATCH_RULES)))
-
-
-# -- building batches: collation, torch.stack ------------------------------------------
-
-
-def _check_same_keys(dicts: list[dict], who: str, item: str, holders: str) -> None:
-    """ValueError naming the first of `dicts` whose keys differ from the first's."""
-    for i, d in enumerate(dicts):
-        if d.keys() != dicts[0].keys():
-            raise ValueError(
-                f"{who}: {item} {i} has metadata keys {sorted(map(str, d))}, {item} 0 has "
-                f"{sorted(map(str, dicts[0]))}; {holders} need the same keys"
-            )
-
-
-def _samples_metadata(items: Sequence, who: str) -> list[dict]:
-    """Each sample's metadata (a plain tensor's: none); ValueError unless every sample
-    has the same keys. Samples that are batches (a stack of batches: a batch of steps,
-    each step one of them) must all be, each holding its samples' metadata."""
-    dicts = [dict(metadata_of(t) or {}) if isinstance(t, MetadataTensor) else {} for t in items]
-    sizes = [batch_size_of(t) for t in items]
-    if any(size is not None for size in sizes):
-        for i, size in enumerate(sizes):
-            if size is None:
-                k = next(k for k, s in enumerate(sizes) if s is not None)
-                raise ValueError(
-                    f"{who}: sample {i} is not a batch, sample {k} is a batch of {sizes[k]} "
-                    "samples; a stack of batches (a batch of steps) takes batches only "
-                    "(join a batch with more samples by torch.cat along dim 0)"
-                )
-            check_batch(dicts[i], size, _shape(items[i])[0], f"batch (sample {i} of {who})")
-    _check_same_keys(dicts, who, "sample", "samples of a batch (a plain tensor has none)")
-    return dicts
-
-
-def _batched(dicts: list[dict]) -> dict:
-    """The batch's metadata: each key's per-sample values, stacked into one tensor when
-    they are tensors of one shape, dtype and device, else a list."""
-    out = {}
-    for key in dicts[0] if dicts else ():
-        values = [d[key] for d in dicts]
-        out[key] = torch.stack(values) if _stackable(values) else values
-    return out
-
-
-def _carrier_class(items: Sequence) -> type:
-    return next(type(t) for t in items if isinstance(t, MetadataTensor))
-
-
-def _stack(tensors, dim=0, *, out=None):
-    """torch.stack of samples along dim 0: the batch default_collate makes of them (of
-    batches: the batch of steps, each step one of them)."""
-    items = list(tensors)
-    if out is not None or not items or not isinstance(dim, int):
-        return NotImplemented
-    if not _is_dim0(dim, len(_shape(items[0])) + 1):
-        return NotImplemented
-    cls = _carrier_class(items)
-    metadata = _batched(_samples_metadata(items, "torch.stack"))
-    with torch._C.DisableTorchFunctionSubclass():
-        data = torch.stack([t.as_subclass(Tensor) for t in items], dim)
-    return cls.wrap_batch(data, metadata, len(items))
-
-
-MetadataTensor.implements(torch.stack)(_stack)
-
-
-def collate(batch: list, *, collate_fn_map: dict | None = None) -> MetadataTensor:
-    """``torch.utils.data.default_collate`` for samples among which is a MetadataTensor
-    (registered for batches whose first sample is one when tensortools is imported; see
-    docs/metadata-tensor.md, Batches).
-
-    The data are stacked as for plain tensors (into shared memory in a worker process);
-    the result is a batch of ``len(batch)`` samples whose metadata maps each key to the
-    samples' values in sample order: a list (``{"id": 3}`` and ``{"id": 7}`` give
-    ``{"id": [3, 7]}``), or one tensor when the values are tensors of one shape, dtype
-    and device (their stack). Every sample must have the same keys; a plain tensor among
-    the samples has none.
-    """
-    cls = _carrier_class(batch)
-    metadata = _batched(_samples_metadata(batch, f"{cls.__name__} collate"))
-    with torch._C.DisableTorchFunctionSubclass():
-        plain = [t.as_subclass(Tensor) for t in batch]
-        data = _collate_plain(plain)
-    return cls.wrap_batch(data, metadata, len(batch))
-
-
-def decollate(batch: Tensor) -> list[MetadataTensor]:
-    """One MetadataTensor per sample of a MetadataTensor batch, in order, each with its
-    own metadata (as ``list(batch.unbind(0))``)."""
-    if batch_size_of(batch) is None:
-        got = f"a {type(batch).__name__}" + (
-            " that is not a batch" if isinstance(batch, MetadataTensor) else ""
-        )
-        raise TypeError(f"tensortools.decollate: 'batch' must be a MetadataTensor batch, got {got}")
-    return list(batch.unbind(0))
-
-
-def _register_collate() -> None:
-    """Make default_collate (hence any DataLoader) batch MetadataTensors with collate.
-
-    default_collate picks a function by the first sample's type: its own entry, else the
-    first entry whose type it is an instance of, in the map's order. MetadataTensor's
-    entry goes just before torch.Tensor's, so that subclasses of MetadataTensor find it
-    too; for every other sample nothing changes (torch.Tensor's entry is left as it is).
-    A batch whose first sample is a plain tensor goes to torch's tensor rule, whose
-    torch.stack MetadataTensor answers with the same batch."""
-    collate_map = torch.utils.data._utils.collate.default_collate_fn_map
-    if collate_map.get(MetadataTensor) is collate:
-        return
-    entries = [(k, v) for k, v in collate_map.items() if k is not MetadataTensor]
-    collate_map.clear()
-    for key, function in entries:
-        if key is Tensor:
-            collate_map[MetadataTensor] = collate
-        collate_map[key] = function
-    collate_map.setdefault(MetadataTensor, collate)
-
-
-_collate_plain = torch.utils.data._utils.collate.collate_tensor_fn
-_register_collate()

@@ -1,0 +1,233 @@
+"""The words the batch rule (:mod:`~tensortools.types.metadata.batch_rule`) is written in:
+a call with a batch among its arguments (:class:`Call`), the verdicts on its results
+(``KEEP``, ``DROP``, or the sample each row holds), how a rule reads the call's arguments
+and dims, and the kinds of rule its table is made of (elementwise, over dims, batched
+from a number of dims, dim 0 kept in front)."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from torch import Tensor
+
+from tensortools.dispatch.binding import argument
+from tensortools.types.metadata.batch import plain_shape
+
+__all__ = [
+    "DROP",
+    "KEEP",
+    "Call",
+    "argument_of",
+    "batched",
+    "cdist",
+    "dim_of",
+    "dims_of",
+    "elementwise",
+    "is_input",
+    "kept_rows",
+    "leading",
+    "matmul",
+    "nn_softmax",
+    "of_input",
+    "operand",
+    "over_dims",
+    "quantile",
+    "row_major",
+    "same",
+    "where",
+]
+
+
+#: A verdict: every row of the result is the sample of the same row of the batch.
+KEEP = None
+
+
+class _Drop:
+    def __repr__(self) -> str:
+        return "DROP"
+
+
+#: A verdict: the result is not a batch (its metadata is the batch's, whole).
+DROP = _Drop()
+
+# (a list of ints is the third kind of verdict: row r holds sample list[r])
+
+
+class Call(NamedTuple):
+    """A call with a batch among its arguments, and its results."""
+
+    func: Callable
+    args: tuple
+    kwargs: dict
+    batch: Tensor  # the first metadata-carrying argument, a batch
+    ndim: int  # the batch's
+    size: int  # the batch's (its dim 0)
+    results: list  # the call's tensor results that are not its arguments
+
+
+def argument_of(call: Call, position: int, default: Any = None, name: str | None = None) -> Any:
+    """The argument torch binds to `position`, or the keyword `name` (a parameter some
+    overloads take by keyword only: ``sort(b, stable=True, dim=0)``, ``aminmax(b, dim=1)``)."""
+    for key in _NAMES.get(name, (name,)) if name is not None else ():
+        if key in call.kwargs:
+            return call.kwargs[key]
+    return argument(call.func, call.args, call.kwargs, position, default)
+
+
+# (the NumPy spellings torch's argument parser also takes)
+_NAMES = {"dim": ("dim", "axis"), "input": ("input", "x", "a")}
+
+
+def dim_of(d: Any, ndim: int) -> int | None:
+    try:
+        return operator.index(d) % max(ndim, 1)
+    except TypeError:
+        return None  # a dimension name: not dim 0 of a batch of unnamed dims
+
+
+def dims_of(d: Any, ndim: int) -> list[int | None]:
+    return [dim_of(x, ndim) for x in (d if isinstance(d, (list, tuple)) else [d])]
+
+
+def is_input(call: Call, position: int = 0) -> bool:
+    return argument_of(call, position) is call.batch
+
+
+def kept_rows(call: Call, same_ndim: bool = False) -> Any:
+    """KEEP where every result's dim 0 has the batch's size (and, where asked, the
+    batch's number of dims), else DROP: a check that the call's structure holds."""
+    for t in call.results:
+        shape = plain_shape(t)
+        if not shape or shape[0] != call.size or (same_ndim and len(shape) != call.ndim):
+            return DROP
+    return KEEP
+
+
+# -- the kinds of rule ------------------------------------------------------------------
+
+
+def same(call: Call) -> Any:
+    """A call of one tensor whose result has its shape, element by element or row by row
+    (``exp``, ``relu``, ``clone``, ``tril``, ``dropout``)."""
+    return KEEP
+
+
+def elementwise(call: Call) -> Any:
+    """Elementwise over broadcast arguments: the batch's rows stay in front unless
+    broadcasting adds dims before them or repeats a batch of one."""
+    return kept_rows(call, same_ndim=True)
+
+
+def where(call: Call) -> Any:
+    # (torch.where(cond) alone is nonzero: indices, not samples)
+    return elementwise(call) if len(call.args) + len(call.kwargs) > 1 else DROP
+
+
+def of_input(rule: Callable) -> Callable:
+    """`rule` where the batch is the call's first argument; DROP where it is another
+    (``t.view_as(b)`` holds t's values, not b's samples)."""
+
+    def checked(call: Call) -> Any:
+        return rule(call) if is_input(call) else DROP
+
+    checked.__name__ = checked.__doc__ = f"of_input({rule.__name__})"
+    return checked
+
+
+def row_major(call: Call) -> Any:
+    """A reshape: the elements in their order, so a result whose dim 0 has the batch's
+    size holds sample r in row r (``view``, ``reshape``, ``flatten``, ``squeeze``)."""
+    return kept_rows(call)
+
+
+def over_dims(position: int, default: Any = None, name: str = "dim") -> Callable:
+    """A call over the dims of its argument at `position` (default `default`; None: every
+    dim): KEEP unless dim 0 is among them (a reduction or scan over the samples)."""
+
+    def rule(call: Call) -> Any:
+        dim = argument_of(call, position, default, name)
+        if isinstance(dim, Tensor):  # torch.max(b, other) and the like
+            return elementwise(call)
+        if dim is None or isinstance(dim, bool) or dim == ():  # (std(b, True): every dim)
+            return DROP
+        if 0 in dims_of(dim, call.ndim) or None in dims_of(dim, call.ndim):
+            return DROP
+        return kept_rows(call)
+
+    rule.__name__ = f"over_dims({position}, {default!r})"
+    return rule
+
+
+def batched(min_ndim: int) -> Callable:
+    """A call whose dim 0 is a batch dim once its input has `min_ndim` dims (Linear on
+    ≥2-D, conv2d on 4-D, a loss over (N, C)): KEEP there, else DROP (an unbatched
+    input's dim 0 is channels or features)."""
+
+    def rule(call: Call) -> Any:
+        return kept_rows(call) if call.ndim >= min_ndim else DROP
+
+    rule.__name__ = f"batched({min_ndim})"
+    return rule
+
+
+def leading(keep: Callable[[Call], bool]) -> Callable:
+    """A call that moves dims: KEEP where `keep(call)` says dim 0 stays in front."""
+
+    def rule(call: Call) -> Any:
+        return kept_rows(call) if is_input(call) and keep(call) else DROP
+
+    rule.__name__ = f"leading({keep.__name__})"
+    return rule
+
+
+def _scalar_q(call: Call) -> bool:
+    q = argument_of(call, 1, None, "q")
+    return not isinstance(q, Tensor) or q.dim() == 0
+
+
+def nn_softmax(call: Call) -> Any:
+    """F.softmax, softmin, log_softmax: with no dim, torch's implicit one (dim 0 for 0-,
+    1- and 3-D inputs, else dim 1)."""
+    dim = argument_of(call, 1, None, "dim")
+    if dim is None:
+        dim = 0 if call.ndim in (0, 1, 3) else 1
+    return DROP if dim_of(dim, call.ndim) in (0, None) else kept_rows(call)
+
+
+def quantile(call: Call) -> Any:
+    return over_dims(2)(call) if _scalar_q(call) else DROP
+
+
+def matmul(first: int) -> Callable:
+    """matmul and @ (the left operand at `first`): a 2-D batch on the left times a
+    matrix or a vector (its rows), or a batch of matrices of ≥3 dims on either side."""
+
+    def rule(call: Call) -> Any:
+        left, right = argument_of(call, first), argument_of(call, 1 - first)
+        if call.ndim == 2 and left is call.batch:
+            other = right.dim() if isinstance(right, Tensor) else 0
+            return kept_rows(call) if other <= 2 else DROP
+        return kept_rows(call, same_ndim=True) if call.ndim >= 3 else DROP
+
+    rule.__name__ = f"matmul(left={first})"
+    return rule
+
+
+def operand(positions: tuple, min_ndim: int = 1) -> Callable:
+    """A call whose result's rows are those of its arguments at `positions` (``addmm``'s
+    input and mat1, not mat2; ``F.linear``'s input, not its weight): KEEP where the
+    batch is one of them with at least `min_ndim` dims."""
+
+    def rule(call: Call) -> Any:
+        if call.ndim < min_ndim or not any(argument_of(call, p) is call.batch for p in positions):
+            return DROP
+        return kept_rows(call)
+
+    rule.__name__ = f"operand({positions}, {min_ndim})"
+    return rule
+
+
+def cdist(call: Call) -> Any:
+    return operand((0,), 2)(call) if call.ndim == 2 else batched(3)(call)

@@ -1,0 +1,172 @@
+"""The layout of tensortools.types.metadata: every module imports alone, the imports among
+its modules point one way (the dict rules and the index reader at the bottom, the class
+over them, the batch rules over the class, which they register on when imported), no
+private name crosses a module border; and the dispatch base under every type imports
+nothing of tensortools.ops."""
+
+import ast
+import concurrent.futures
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import tensortools
+from tensortools.dispatch import wrapper
+from tensortools.types import metadata
+from tensortools.types.metadata import batch_rule, tensor
+
+PACKAGE = pathlib.Path(metadata.__file__).parent
+PREFIX = "tensortools.types.metadata"
+MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+# the modules with the batch rules: none of the class's modules may import them
+BATCH = {"batch", "collation", "batch_verdict", "batch_moves", "batch_rule"}
+
+
+def _imports(path: pathlib.Path) -> list[tuple[str, list[str]]]:
+    """(module, names imported from it) for each import in the file, wherever it stands
+    (in a function too)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append((node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names]
+    return found
+
+
+def _sibling_imports(module: str) -> list[tuple[str, list[str]]]:
+    """(sibling module, names imported from it) for each import of the package's own
+    modules in `module`'s source."""
+    found = []
+    for name, names in _imports(PACKAGE / f"{module}.py"):
+        if name == PREFIX:  # from tensortools.types.metadata import a, b
+            found += [(n, []) for n in names]
+        elif name.startswith(PREFIX + "."):
+            found.append((name.removeprefix(PREFIX + "."), names))
+    return found
+
+
+def test_the_package_has_the_documented_modules():
+    assert set(MODULES) == {"dicts", "batch_index", "tensor"} | BATCH
+    for module in MODULES:
+        assert f"``{module}``" in metadata.__doc__, f"{module} missing from the package docstring"
+
+
+def test_the_package_exports_what_the_api_lists():
+    assert set(metadata.__all__) == {"MetadataTensor", "MERGE_POLICIES", "collate", "decollate"}
+    assert metadata.MetadataTensor is tensortools.MetadataTensor
+    assert metadata.collate is tensortools.collate and metadata.decollate is tensortools.decollate
+    assert metadata.MetadataTensor.__module__ == f"{PREFIX}.tensor"
+
+
+@pytest.mark.slow
+def test_each_module_imports_alone_in_a_fresh_interpreter():
+    # One interpreter per module (what a module imports first is the point), two at once.
+    def imports_alone(module):
+        code = (
+            f"import {PREFIX}.{module} as m, torch\n"
+            "from tensortools import MetadataTensor\n"
+            "b = torch.stack([MetadataTensor(torch.ones(2), {'id': i}) for i in range(3)])\n"
+            "assert b.batch_size == 3 and b[1].metadata == {'id': 1}\n"
+            "assert torch.flip(b, [0]).metadata == {'id': [2, 1, 0]}\n"
+            "assert torch.exp(b).batch_size == 3 and torch.sum(b, 0).batch_size is None\n"
+            "print('ok')\n"
+        )
+        run = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+        )
+        return "" if run.returncode == 0 and run.stdout.strip() == "ok" else run.stderr[-2000:]
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        failed = {m: err for m, err in zip(MODULES, pool.map(imports_alone, MODULES)) if err}
+    assert not failed, failed
+
+
+def test_imports_point_one_way():
+    graph = {m: {name for name, _ in _sibling_imports(m)} for m in MODULES}
+    for module, targets in graph.items():
+        assert targets <= set(MODULES), f"{module} imports {targets - set(MODULES)}"
+    # no cycle: a topological order exists
+    order, remaining = [], dict(graph)
+    while remaining:
+        ready = [m for m, targets in remaining.items() if targets <= set(order)]
+        assert ready, f"import cycle among {sorted(remaining)}"
+        order += ready
+        for m in ready:
+            del remaining[m]
+    # the dict rules and the index reader import none of the package; the class only the
+    # dict rules; the batch rules sit over the class
+    assert graph["dicts"] == set() and graph["batch_index"] == set()
+    assert graph["tensor"] == {"dicts"}
+    assert "tensor" in graph["batch"] and "batch" in graph["batch_rule"]
+    assert not graph["batch"] & BATCH and not graph["collation"] & BATCH - {"batch"}
+    assert graph["batch_moves"] & BATCH == {"batch", "batch_verdict"}
+    assert {"batch_verdict", "batch_moves"} <= graph["batch_rule"]
+
+
+def test_no_private_name_crosses_a_module_border():
+    crossing = [
+        f"{module} imports {name} from {source}"
+        for module in MODULES
+        for source, names in _sibling_imports(module)
+        for name in names
+        if name.startswith("_")
+    ]
+    assert not crossing
+
+
+def test_the_batch_modules_registered_their_rules_on_the_class():
+    # the table's rule for results, and the calls the compiled path keeps batches through
+    assert tensor._batch_results is batch_rule.settle
+    assert set(tensor.BATCH_CALLS) == batch_rule.functions_for_the_compiled_path(tensor.BATCH_RULES)
+    assert torch.exp in tensor.BATCH_CALLS and torch.cat not in tensor.BATCH_CALLS
+    assert {torch.cat, torch.Tensor.__getitem__, torch.unbind} <= set(tensor.BATCH_RULES)
+    # torch.stack of samples: a handler of the class's table; collation: default_collate's
+    collate_map = torch.utils.data._utils.collate.default_collate_fn_map
+    assert torch.stack in tensor.MetadataTensor._handlers
+    assert collate_map[tensor.MetadataTensor] is metadata.collate
+
+
+# -- the dispatch base points down: nothing of tensortools.ops ----------------------------
+
+DISPATCH = pathlib.Path(wrapper.__file__).parent
+
+
+def test_no_dispatch_module_imports_tensortools_ops():
+    found = [
+        f"{path.name} imports {name} {names}"
+        for path in sorted(DISPATCH.glob("*.py"))
+        for name, names in _imports(path)
+        if name == "tensortools.ops"
+        or name.startswith("tensortools.ops.")
+        or (name == "tensortools" and "ops" in names)
+    ]
+    assert not found
+
+
+@pytest.mark.slow
+def test_tensortools_dispatch_imports_without_tensortools_ops():
+    # tensortools.dispatch's own import, without the package's __init__ (which imports
+    # every layer): the package as a bare namespace of its directory
+    code = (
+        "import sys, types\n"
+        f"root = types.ModuleType('tensortools'); root.__path__ = [{str(DISPATCH.parent)!r}]\n"
+        "sys.modules['tensortools'] = root\n"
+        "import tensortools.dispatch\n"
+        "assert tensortools.dispatch.TensorWrapper is not None\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('tensortools.'))\n"
+        "above = ('tensortools.ops', 'tensortools.types')\n"
+        "assert not [m for m in loaded if m.startswith(above)], loaded\n"
+        "print('ok')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
+
+
+def test_tensortools_operators_are_registered_as_giving_fresh_results():
+    assert {getattr(tensortools.ops, name) for name in tensortools.ops.__all__} <= (
+        wrapper.FRESH_RESULTS
+    )
