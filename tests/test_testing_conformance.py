@@ -16,7 +16,7 @@ import torch
 from test_testing_kit import make_metadata, metadata_rule
 
 from tensortools import MetadataTensor, coverage, testing
-from tensortools.types.metadata_tensor import metadata_of
+from tensortools.types.metadata import metadata_of
 
 
 def run(cls, make, **options):
