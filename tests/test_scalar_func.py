@@ -1,8 +1,9 @@
 """ScalarTensor under torch.func (tensortools/types/scalar/common.py, ``hidden``): a
 function of a plain tensor that captures a ScalarTensor, transformed by vmap, grad,
-jacrev, jvp, jacfwd and vmap of grad, gives what the same transform gives with the dense
-matrix captured, in float64. The handlers meet torch.func's wrapped tensors there (no
-storage, no value to branch on) and hand them to the dense call."""
+jacrev, jvp, jacfwd, vmap of grad and functionalize, gives what the same transform gives
+with the dense matrix captured, in float64. The handlers meet torch.func's wrapped
+tensors there (no storage, no value to branch on) and hand them to the dense call; the
+calls that meet none run below the transform."""
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import torch.nn.functional as F
 from _support.tiers import sample
 
 from tensortools import ScalarTensor
-from tensortools.types.scalar.elementwise import ELEMENTWISE
+from tensortools.types.scalar.elementwise import ELEMENTWISE, flags_of
 
 DTYPE = torch.float64
 N = 3
@@ -94,6 +95,8 @@ def _elementwise_cases():
         if getattr(torch.Tensor, name, None) is f:  # a method (d.float()): its method form
             f = _method(name)
         for form, make in (("f(d * y)", _unary), ("f(d) * y", _scaled), ("f(d, y)", _second)):
+            if make is _second and any(position == 0 for _, position in flags_of(f)):
+                continue  # (y would be the inplace or training flag: relu(d, y))
             fn = make(f)
             try:
                 fn(dense, one)
@@ -129,10 +132,11 @@ def _transforms(fn, kind):
         "jvp": lambda: torch.func.jvp(fn, (one,), (tangent,)),
         "jacfwd": lambda: torch.func.jacfwd(fn)(one),
         "vmap of grad": lambda: torch.func.vmap(torch.func.grad(loss))(batch),
+        "functionalize": lambda: torch.func.functionalize(fn)(one),
     }
 
 
-TRANSFORMS = ["vmap", "grad", "jacrev", "jvp", "jacfwd", "vmap of grad"]
+TRANSFORMS = ["vmap", "grad", "jacrev", "jvp", "jacfwd", "vmap of grad", "functionalize"]
 
 
 def _check(f, kind, transform, value, dense_f=None):
