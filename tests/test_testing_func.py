@@ -1,7 +1,7 @@
 """tensortools.testing's ``func`` check: grad and vmap of a function of one instance
 against the plain tensor's. The types that are right pass it; a type that is right
 eagerly (values, autograd) but branches on a tensor's value fails it, naming the
-transform; ScalarTensor's failure under vmap is recorded."""
+transform; ScalarTensor passes with its instance captured."""
 
 import pytest
 import torch
@@ -90,15 +90,18 @@ def test_scalar_tensor_runs_the_captured_forms_only():
     assert all(f.reason.startswith("vmap with the instance captured") for f in report.failures)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ScalarTensor's mul reads a batched factor's storage (types/scalar/common.py, "
-    "probed_result) and its matmul branches on a batched tensor's values "
-    "(types/scalar/arithmetic.py, _scaled)",
-)
+CAPTURED = ["mul", "div", "add", "sub", "matmul", "mm", "abs", "sin", "sum", "trace"]
+
+
 def test_scalar_tensor_under_vmap_with_a_batched_factor():
+    # Its handlers hand torch.func's wrapped tensors to the dense call (its mul read a
+    # batched factor's storage, its matmul branched on a batched tensor's values);
+    # tests/test_scalar_func.py sweeps the transforms.
     d = ScalarTensor(3, 1.5)
     ys = torch.tensor([1.0, 0.5])
     torch.testing.assert_close(torch.func.vmap(lambda y: d * y)(ys), d.tensor() * ys[:, None, None])
     y = torch.randn(2, 3, 3)
     torch.testing.assert_close(torch.func.vmap(lambda m: torch.matmul(d, m))(y), 1.5 * y)
+    report = _report(ScalarTensor, (_scalar_make, ScalarTensor.tensor), ops=CAPTURED)
+    assert report.passed, report.summary()
+    assert sorted(report.functions) == sorted(CAPTURED)

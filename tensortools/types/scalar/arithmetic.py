@@ -13,6 +13,7 @@ from tensortools.types.scalar.common import (
     KERNEL_DTYPES,
     call_kernel,
     finite,
+    hidden,
     plain_operand,
     probe,
     probed_result,
@@ -122,10 +123,12 @@ def _scaled(d: ScalarTensor, dense: Tensor, rows_dim: int) -> Any:
     """d @ dense (rows_dim=-2) or dense @ d (rows_dim=-1) as value * dense.
 
     Exact when dense is finite; otherwise the dense product has NaN where 0 * inf is
-    summed, so the dense path answers.
+    summed, so the dense path answers, as it does for a torch.func wrapper, whose
+    finiteness is no Python bool.
     """
     if (
-        dense.dtype != d.dtype
+        hidden(dense)
+        or dense.dtype != d.dtype
         or dense.device != d.device
         or dense.dim() == 0
         or dense.shape[rows_dim if dense.dim() >= 2 else 0] != d.N

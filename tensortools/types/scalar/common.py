@@ -13,6 +13,14 @@ linear algebra run the call on a **small matrix**, the dense ``value * I_k`` for
 (:func:`small_matrix`), which checks the arguments and picks dtypes and shapes as the
 dense call would.
 
+Under torch.func, a tensor a handler meets may be one of its wrapped tensors (batched
+under vmap, tracking gradients under grad, jvp and jacrev, functional under
+functionalize): it has no storage to read and no value to branch on (vmap refuses
+``bool`` and ``item``). Handlers hand such an operand to the dense call
+(:func:`hidden`). A call without one is a constant of the transform (d's pair needs no
+gradient), and its handler runs below the transforms (:func:`structured`): there, every
+tensor it makes is plain, where grad and jvp would wrap even a tensor made from d's pair.
+
 This module imports no handler family; the families import it.
 """
 
@@ -36,6 +44,8 @@ __all__ = [
     "probe",
     "probed_result",
     "pair_in",
+    "hidden",
+    "transforms_active",
     "plain_operand",
     "finite",
     "in_range",
@@ -58,13 +68,17 @@ def structured(*funcs: Callable) -> Callable[[Callable], Callable]:
     left to the fallback, which writes the dense answer with torch's own out= rules (a
     subclass's handlers get out= like any other argument). Each handler returns
     NotImplemented where the dense answer is not a cheap structured one; the policy then
-    decides (dense fallback by default)."""
+    decides (dense fallback by default). Under a torch.func transform, a call none of
+    whose tensors is the transform's (see :func:`hidden`) runs below it."""
 
     def register(handler: Callable) -> Callable:
         @functools.wraps(handler)
         def without_out(*args, out=None, **kwargs):
             if out is not None:
                 return NotImplemented
+            if transforms_active() and not _any_hidden(args, kwargs):
+                with torch._C._DisableFuncTorch():
+                    return handler(*args, **kwargs)
             return handler(*args, **kwargs)
 
         ScalarTensor.implements(*funcs)(without_out)
@@ -96,12 +110,34 @@ def probed_result(d: ScalarTensor, result: Any) -> Any:
     return NotImplemented if pair is None else ScalarTensor._from_pair(d.N, pair)
 
 
+#: hidden(t): whether t is one of torch.func's wrapped tensors, whose values a handler
+#: cannot read or branch on; it declines them, and the dense call (which torch.func
+#: transforms) answers.
+hidden: Callable[[Tensor], bool] = torch._C._functorch.is_functorch_wrapped_tensor
+
+#: Whether a torch.func transform is running (then its wrapped tensors may reach a call).
+transforms_active: Callable[[], bool] = torch._C._are_functorch_transforms_active
+
+
+def _any_hidden(args: tuple, kwargs: dict) -> bool:
+    return torch.utils._pytree.tree_any(
+        lambda x: isinstance(x, Tensor) and hidden(x), (args, kwargs)
+    )
+
+
 def plain_operand(x: Any, like: ScalarTensor) -> Any:
     """x if it is a Python number or a plain 0-d tensor on like's device that needs no
-    gradient (what a structured result can absorb); else None."""
+    gradient and is no torch.func wrapper (what a structured result can absorb); else
+    None."""
     if isinstance(x, (bool, int, float, complex)):
         return x
-    if type(x) is Tensor and x.dim() == 0 and not x.requires_grad and x.device == like.device:
+    if (
+        type(x) is Tensor
+        and x.dim() == 0
+        and not x.requires_grad
+        and x.device == like.device
+        and not hidden(x)
+    ):
         return x
     return None
 

@@ -17,7 +17,7 @@ from tensortools.dispatch import CannotHoldResult
 from tensortools.dispatch.in_place import out_of_place_form, written_arguments
 from tensortools.dispatch.table import TorchFunctionTable, strict_refusal
 from tensortools.dispatch.tensor_like import INPLACE_OPERATORS
-from tensortools.types.scalar.common import small_matrix
+from tensortools.types.scalar.common import hidden, small_matrix
 from tensortools.types.scalar.tensor import ScalarTensor, densify
 
 __all__ = ["fallback", "python_torch_function", "write_without_dense", "written_scalar_tensors"]
@@ -96,7 +96,9 @@ def _pair_operand(x: Any, like: ScalarTensor) -> Any:
         return x._pair if (x.N == like.N and x.device == like.device) else _NO_OPERAND
     if isinstance(x, Tensor):
         return (
-            x if (type(x) is Tensor and x.dim() == 0 and x.device == like.device) else _NO_OPERAND
+            x
+            if type(x) is Tensor and x.dim() == 0 and x.device == like.device and not hidden(x)
+            else _NO_OPERAND
         )
     return x
 

@@ -23,6 +23,7 @@ from torch import Tensor
 from tensortools._native import C as _C
 from tensortools.types.scalar.common import (
     finite,
+    hidden,
     in_range,
     scale_finite,
     small_matrix,
@@ -298,6 +299,7 @@ def _divided(A: ScalarTensor, B: Any, rows: int) -> Any:
     if (
         not _usable(A)
         or type(B) is not Tensor
+        or hidden(B)  # (its finiteness is no Python bool under vmap)
         or B.dtype != A.dtype
         or B.device != A.device
         or A.dtype.is_complex

@@ -23,6 +23,8 @@ __all__ = ["ScalarTensor", "FastCode", "FastRecord", "densify"]
 #: functions of each kind.
 FastCode = enum.IntEnum("FastCode", _C.scalar_fast_codes)
 
+_transforms_active = torch._C._are_functorch_transforms_active
+
 
 class FastRecord(NamedTuple):
     """What the compiled path reads from a class (``cls._fast``)."""
@@ -86,8 +88,12 @@ class ScalarTensor(TensorLike):
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         # A Python frame around the compiled function (0.1 µs), so that torch.compile,
         # which cannot trace C, reaches a call of it and traces the Python path instead
-        # (registered below the class).
+        # (registered below the class). Under a torch.func transform, the Python path:
+        # the compiled one's tensors would be the transform's (see
+        # tensortools.types.scalar.common, which runs the handlers below it).
         try:
+            if _transforms_active():
+                return cls._python_torch_function(func, types, args, kwargs)
             return _C.scalar_torch_function(cls, func, types, args, kwargs)
         except RecursionError:  # (a declining TorchFunctionMode: see the function below)
             with refusing_endless_recursion(cls, func):
@@ -139,10 +145,14 @@ class ScalarTensor(TensorLike):
             raise TypeError(f"ScalarTensor: 'dtype' must be a torch.dtype, got {dtype!r}")
         self.N = N
         # [value, 0] in dtype: a diagonal and an off-diagonal entry of the dense matrix.
-        # Handlers apply torch functions to it (see common.probed_result).
-        self._pair = torch.tensor(
-            [value, 0], dtype=dtype, device="cpu" if device is None else device
-        )
+        # Handlers apply torch functions to it (see common.probed_result). Made below any
+        # torch.func transform: a constant of it, and a tensor with values to read.
+        device = "cpu" if device is None else device
+        if _transforms_active():
+            with torch._C._DisableFuncTorch():
+                self._pair = torch.tensor([value, 0], dtype=dtype, device=device)
+        else:
+            self._pair = torch.tensor([value, 0], dtype=dtype, device=device)
 
     @classmethod
     def _from_pair(cls, N: int, pair: Tensor) -> ScalarTensor:
