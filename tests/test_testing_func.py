@@ -87,7 +87,7 @@ def test_scalar_tensor_runs_the_captured_forms_only():
     # so only the forms that capture it run; grad through them is right.
     report = _report(ScalarTensor, (_scalar_make, ScalarTensor.tensor), ops=["abs", "sin"])
     assert report.functions == ["abs", "sin"]
-    assert all(f.reason.startswith("vmap with the instance captured") for f in report.failures)
+    assert report.passed, report.summary()
 
 
 CAPTURED = ["mul", "div", "add", "sub", "matmul", "mm", "abs", "sin", "sum", "trace"]
