@@ -11,6 +11,7 @@ from torch import distributed as dist
 
 from tensortools import ops
 from tensortools.ops._sync_conv_bn import SyncConvBN2d
+from tensortools.ops.lltm import lltm_sequence_batch_first
 
 __all__ = [
     "FusedConvBN2d",
@@ -131,18 +132,17 @@ class LLTMSequence(_LLTMParameters):
         if input.dim() != 3:
             layout = "batch x time x features" if self.batch_first else "time x batch x features"
             raise ValueError(f"LLTMSequence: 'input' must be 3-D ({layout}), got {input.dim()}-D")
-        if self.batch_first:
-            input = input.transpose(0, 1)
         if state is None:
-            zeros = input.new_zeros(input.shape[1], self.state_size)
+            zeros = input.new_zeros(input.shape[0 if self.batch_first else 1], self.state_size)
             state = (zeros, zeros)
         else:
             state = _state_pair(
                 "LLTMSequence", state, "(h0, c0) of tensors, each batch x state_size, or None"
             )
-        output, h_n, c_n = ops.lltm_sequence(input, self.weights, self.bias, *state)
-        if self.batch_first:
-            output = output.transpose(0, 1)
+        # (batch first: one call with the samples at dim 0 of the input and of every
+        # result, so that a type such as a MetadataTensor batch sees them there)
+        run = lltm_sequence_batch_first if self.batch_first else ops.lltm_sequence
+        output, h_n, c_n = run(input, self.weights, self.bias, *state)
         return output, (h_n, c_n)
 
     def extra_repr(self) -> str:

@@ -579,17 +579,10 @@ def test_operators_see_plain_tensors_inside_the_sharded_forward(reports):
             }
 
 
-_BATCH_FIRST = (
-    "issue 48: LLTMSequence(batch_first=True) transposes dim 0 away and back, and the batch "
-    "rule drops a batch whose dim 0 moves (metadata kept whole, not per row); the module "
-    "needs a rule of its own"
-)
-
-
 @pytest.mark.parametrize(
     "case",
     [
-        pytest.param("lltm_sequence", marks=pytest.mark.xfail(strict=True, reason=_BATCH_FIRST)),
+        "lltm_sequence",
         "conv_bn_eval",
         "net",
     ],

@@ -388,16 +388,35 @@ def test_conv_module_keeps_the_batch():
     assert out.batch_size == 3 and [x.metadata["id"] for x in out] == [0, 1, 2]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 48: LLTMSequence(batch_first=True) transposes dim 0 away and back, and "
-    "the batch rule drops a batch whose dim 0 moves; the module needs a rule of its own",
-)
-def test_lltm_sequence_module_batch_first_keeps_the_batch():
-    seqs = default_collate([MetadataTensor(torch.randn(5, 4), {"id": i}) for i in range(3)])
-    output, (h, c) = tnn.LLTMSequence(4, 6, batch_first=True)(seqs)
-    for t in (output, h, c):
-        assert t.batch_size == 3 and [x.metadata["id"] for x in t] == [0, 1, 2]
+@pytest.mark.parametrize("given_state", [False, True])
+def test_lltm_sequence_module_batch_first_keeps_the_batch(given_state):
+    def plain(t):
+        return t.as_subclass(torch.Tensor)
+
+    # batch first: the samples at dim 0 of the input and of every result, labelled row by
+    # row, with the values of the same module on plain tensors
+    torch.manual_seed(0)
+    samples = [MetadataTensor(torch.randn(5, 4, dtype=torch.float64), {"id": i}) for i in range(3)]
+    seqs = default_collate(samples)
+    module = tnn.LLTMSequence(4, 6, batch_first=True).double()
+    state = None
+    if given_state:
+        state = tuple(
+            default_collate([MetadataTensor(torch.randn(6, dtype=torch.float64), {"id": i})
+                             for i in range(3)])
+            for _ in range(2)
+        )  # fmt: skip
+    output, (h, c) = module(seqs, state)
+    plain_state = None if state is None else tuple(plain(s) for s in state)
+    want_output, (want_h, want_c) = module(plain(seqs), plain_state)
+    for got, want in ((output, want_output), (h, want_h), (c, want_c)):
+        assert got.batch_size == 3 and [x.metadata["id"] for x in got] == [0, 1, 2]
+        torch.testing.assert_close(plain(got), want, rtol=0, atol=0)
+    # each row is its own sample's sequence run alone
+    for i, sample in enumerate(samples):
+        alone, _ = module(plain(sample).unsqueeze(0), None if state is None else
+                          tuple(plain(s)[i : i + 1] for s in state))  # fmt: skip
+        torch.testing.assert_close(plain(output[i]), alone[0])
 
 
 def test_reductions_over_dim_0_are_not_batches():

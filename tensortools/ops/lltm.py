@@ -73,6 +73,26 @@ def lltm_sequence(
     return output, h_n, c_n
 
 
+def lltm_sequence_batch_first(
+    input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`lltm_sequence` over ``input`` B×T×F, ``output`` B×T×S: what
+    ``nn.LLTMSequence(batch_first=True)`` runs. A function of its own (not in ``__all__``)
+    so that a type sees the call with the samples at dim 0 of its input and of every
+    result (a MetadataTensor batch keeps its labels through it), not two transposes."""
+    args = (input, weights, bias, h0, c0)
+    if overridden(args):
+        return handle_torch_function(lltm_sequence_batch_first, args, *args)
+    if not isinstance(input, Tensor) or input.dim() != 3:
+        check_tensors("lltm_sequence", _SEQUENCE_ARGS[:1], args[:1])
+        raise ValueError(
+            f"tensortools.ops.lltm_sequence: 'input' must be 3-D (batch x time x features), "
+            f"got {input.dim()}-D"
+        )
+    output, h_n, c_n = lltm_sequence(input.transpose(0, 1), weights, bias, h0, c0)
+    return output.transpose(0, 1), h_n, c_n
+
+
 # Autograd: the backward kernels (lltm_backward, lltm_sequence_backward) give the
 # gradients; the tangents follow the cell's maths below, step by step for a sequence.
 

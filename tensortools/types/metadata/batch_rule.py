@@ -37,6 +37,7 @@ from torch.utils._pytree import tree_leaves
 
 from tensortools import ops
 from tensortools.dispatch.wrapper import argument_tensors
+from tensortools.ops.lltm import lltm_sequence_batch_first
 from tensortools.types.metadata.batch import give, plain_shape
 from tensortools.types.metadata.batch_moves import (
     flip,
@@ -123,8 +124,7 @@ def _stack(call: Call) -> Any:
 
 
 def _sequence(call: Call) -> Any:
-    """tensortools.ops.lltm_sequence(input T×B×F, ..., h0, c0): h_n and c_n have h0's
-    rows; the output's dim 0 is time."""
+    """ops.lltm_sequence (input T×B×F): h_n and c_n have h0's rows; output's dim 0 is time."""
     if call.batch is not argument_of(call, 3) and call.batch is not argument_of(call, 4):
         return DROP
     return [DROP, *([kept_rows(call)] * (len(call.results) - 1))]
@@ -317,6 +317,7 @@ RULES.update(
         ops.axpby: elementwise,
         ops.fused_conv_bn2d: operand((0,), 4),
         ops.lltm_sequence: _sequence,
+        lltm_sequence_batch_first: operand((0, 3, 4), 3),
     }
 )
 
