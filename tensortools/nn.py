@@ -10,7 +10,7 @@ from torch import Tensor
 from torch import distributed as dist
 
 from tensortools import ops
-from tensortools.ops._sync_conv_bn import SyncConvBN2d
+from tensortools.ops._sync_conv_bn import sync_conv_bn2d
 from tensortools.ops.lltm import lltm_sequence_batch_first
 
 __all__ = [
@@ -397,7 +397,7 @@ class SyncFusedConvBN2d(FusedConvBN2d):
         group = self._sync_group()
         if group is None:
             return super().forward(input)
-        out = SyncConvBN2d.apply(
+        out = sync_conv_bn2d(
             input,
             self.weight,
             self.gamma,

@@ -271,6 +271,24 @@ def _check_ranks(rank: int, world: int) -> dict:
     except (RuntimeError, ValueError) as err:
         report["error"] = (type(err).__name__, str(err))
     report["after_error"] = fused(x).detach()
+    # torch.func.grad through the synchronised function (running statistics untracked, as
+    # torch's batch norm needs under torch.func) equals autograd's; vmap is refused.
+    torch.manual_seed(6)
+    model = nn.SyncFusedConvBN2d(IN_CH, OUT_CH, 3, padding=1, track_running_stats=False).double()
+    params = dict(model.named_parameters())
+    target = _data(4)[1]
+
+    def loss(p):
+        return (torch.tanh(torch.func.functional_call(model, p, (x,))) * target).sum()
+
+    want = torch.autograd.grad(loss(params), list(params.values()))
+    got = torch.func.grad(loss)(params)
+    report["func"] = ([got[n] for n in params], list(want))
+    try:
+        torch.func.vmap(lambda xi: model(xi.unsqueeze(0)).sum())(x)
+        report["vmap"] = ""
+    except Exception as err:  # (each rank refuses before any collective)
+        report["vmap"] = f"{type(err).__name__}: {err}"
     # Under autocast: the convolution in bfloat16, the statistics in float32.
     report["autocast"] = {}
     for amp in (False, True):
@@ -390,6 +408,15 @@ def test_sync_fused_under_autocast(reports):
 
 
 @pytest.mark.slow
+def test_sync_fused_under_torch_func_grad_equals_autograd(reports):
+    _, per_rank = reports
+    for report in per_rank:
+        got, want = report["func"]
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            _assert_close(g, w, f"torch.func.grad, parameter {i}")
+        assert "vmap" in report["vmap"] and "SyncConvBN2d" in report["vmap"], report["vmap"]
+
+
 def test_a_rank_that_fails_the_checks_makes_every_rank_raise(reports):
     world, ranks = reports
     for rank, report in enumerate(ranks):
@@ -522,7 +549,7 @@ def _one_rank_worker(rank: int, backend: str, device: str, tmp: str) -> None:
         backend, init_method=f"file://{tmp}/store", rank=0, world_size=1, timeout=COLLECTIVE_TIMEOUT
     )
     try:
-        from tensortools.ops._sync_conv_bn import SyncConvBN2d
+        from tensortools.ops._sync_conv_bn import sync_conv_bn2d
 
         torch.manual_seed(0)
         plain = nn.FusedConvBN2d(IN_CH, OUT_CH, 3, padding=1, dtype=torch.float64).to(device)
@@ -538,7 +565,7 @@ def _one_rank_worker(rank: int, backend: str, device: str, tmp: str) -> None:
             if name == "plain":
                 out = module(leaf)
             else:
-                out = SyncConvBN2d.apply(
+                out = sync_conv_bn2d(
                     leaf, module.weight, module.gamma, module.beta, module.running_mean,
                     module.running_var, module.stride, module.padding, module.eps,
                     module._momentum(), dist.group.WORLD,

@@ -10,7 +10,7 @@ from torch import distributed as dist
 
 from tensortools.ops._checks import check_tensors
 
-__all__ = ["SyncConvBN2d"]
+__all__ = ["SyncConvBN2d", "sync_conv_bn2d"]
 
 
 def _check_conv_bn_args(input, weight, gamma, beta, stride, padding, eps) -> None:
@@ -35,11 +35,17 @@ class SyncConvBN2d(torch.autograd.Function):
     channel, merged with Chan's formula (exact for uneven and empty shares, and no
     E[z²] - E[z]² cancellation). Backward: one all-reduce of sum(dy) and sum(dy * (z - mean)),
     as torch.nn.SyncBatchNorm does. Saved for backward: input, weight, gamma, mean and var,
-    what the single-process operator saves; the convolution is computed again there."""
+    what the single-process operator saves; the convolution is computed again there.
+
+    Written with ``setup_context`` so that ``torch.func.grad``/``vjp`` run it (with the
+    running statistics untracked, as for torch's batch norm: an in-place update of a
+    captured buffer is refused); ``forward`` returns the output and, not differentiable,
+    the batch's mean and variance and the value count over every rank. ``vmap`` has no
+    rule: the statistics of a batch are not per sample. :func:`sync_conv_bn2d` gives the
+    output alone."""
 
     @staticmethod
     def forward(
-        ctx,
         input,
         weight,
         gamma,
@@ -99,14 +105,20 @@ class SyncConvBN2d(torch.autograd.Function):
         shift = -mean * scale if beta is None else beta - mean * scale
         # as ATen's batch_norm: z * scale + shift, in one pass over z (ours)
         out = torch.addcmul(_channels(shift), wide, _channels(scale), out=wide).to(z.dtype)
+        return out, mean, var, total
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        input, weight, gamma, _, _, _, stride, padding, eps, _, group = inputs
+        out, mean, var, total = output
+        ctx.mark_non_differentiable(mean, var, total)
         ctx.save_for_backward(input, weight, gamma, mean, var)
-        ctx.conv = (stride, padding, z.dtype)
+        ctx.conv = (stride, padding, out.dtype)
         ctx.norm = (eps, float(total), group)
-        return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_output):
+    def backward(ctx, grad_output, _grad_mean, _grad_var, _grad_total):
         input, weight, gamma, mean, var = ctx.saved_tensors
         (stride, padding, dtype), (eps, total, group) = ctx.conv, ctx.norm
         need_input, need_weight, need_gamma, need_beta = ctx.needs_input_grad[:4]
@@ -152,3 +164,11 @@ class SyncConvBN2d(torch.autograd.Function):
         if grad_beta is not None:
             grad_beta = grad_beta.to(gamma.dtype)
         return grad_input, grad_weight, grad_gamma, grad_beta, *([None] * 7)
+
+
+def sync_conv_bn2d(
+    input, weight, gamma, beta, running_mean, running_var, stride, padding, eps, momentum, group
+) -> Tensor:
+    """The output of :class:`SyncConvBN2d` (its other outputs are for backward)."""
+    args = (input, weight, gamma, beta, running_mean, running_var)
+    return SyncConvBN2d.apply(*args, stride, padding, eps, momentum, group)[0]
