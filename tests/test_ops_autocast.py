@@ -6,6 +6,7 @@ leaves. The sweep: units × train/eval × autocast dtypes × devices."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple
 
 import pytest
@@ -201,3 +202,18 @@ def test_autocast_kernels_compile():
     for e, c in zip(eager, compiled):
         assert e.dtype == c.dtype
         torch.testing.assert_close(c, e, rtol=2e-2, atol=2e-2)
+
+
+#: Operators whose autocast tests live in a file of their own: (file, what it calls).
+ELSEWHERE = {
+    "lltm": ("test_lltm_autocast.py", "nn.LLTM("),
+    "lltm_sequence": ("test_lltm_autocast.py", "nn.LLTMSequence("),
+}
+
+
+def test_every_operator_is_tested_here_or_where_said():
+    # a new operator joins UNITS or ELSEWHERE (docs/adding-an-operator.md, Tests)
+    here = {"fused_conv_bn2d" if u.startswith("FusedConvBN2d") else u.split("(")[0] for u in UNITS}
+    assert here | set(ELSEWHERE) == set(ops.__all__) and not here & set(ELSEWHERE)
+    for name, (file, call) in ELSEWHERE.items():
+        assert call in (Path(__file__).parent / file).read_text(), name

@@ -12,6 +12,7 @@ import copy
 import importlib
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import NamedTuple
 
 import pytest
@@ -314,3 +315,15 @@ def test_an_error_inside_a_types_wrap_says_so_and_chains_it():
         assert "the type's own failure" in str(info.value)
         assert isinstance(info.value.__cause__, RuntimeError)
         assert str(info.value.__cause__) == "the type's own failure"
+
+
+def test_every_operator_and_operator_test_file_is_listed_here():
+    # a new operator joins CALLS and MODULES (docs/adding-an-operator.md, Tests)
+    assert {name.split("(")[0] for name in CALLS} == set(ops.__all__)
+    here = Path(__file__).parent
+    with_samples = {
+        p.stem.removeprefix("test_ops_")
+        for p in here.glob("test_ops_*.py")
+        if p.name != Path(__file__).name and "class TestSamples(" in p.read_text()
+    }
+    assert set(MODULES) == with_samples
