@@ -18,6 +18,8 @@ import sys
 
 # The development tools (requirements-dev.txt) are missing: importing one fails.
 TOOLS = ("expecttest", "pytest", "hypothesis", "sybil", "sphinx", "monai", "matplotlib", "tqdm")
+# NumPy too: torch does not require it (torch warns at import that it is missing).
+TOOLS += ("numpy",)
 for name in TOOLS:
     sys.modules[name] = None
 
@@ -63,6 +65,11 @@ m = MetadataTensor(torch.ones(2), {"id": 1})
 assert (m * 2).metadata == {"id": 1}
 batch = default_collate([MetadataTensor(torch.ones(2), {"id": i}) for i in range(3)])
 assert type(batch) is MetadataTensor and batch.metadata == {"id": [0, 1, 2]}
+for index, ids in (([2, 0], [2, 0]), (range(1, 3), [1, 2]), ([True, False, True], [0, 2])):
+    rows = batch[index]  # (an index read without NumPy)
+    assert rows.metadata == {"id": ids} and torch.equal(
+        rows, batch.as_subclass(torch.Tensor)[index]
+    )
 assert type(default_collate([torch.ones(2), torch.zeros(2)])) is torch.Tensor
 with capture_logs() as logs:
     torch.sin(LoggingTensor(torch.ones(2)))

@@ -13,10 +13,10 @@ every form gives the samples torch's own indexing puts in each row.
 from __future__ import annotations
 
 import operator
+import sys
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -40,15 +40,22 @@ class _Mixed:
 MIXED = _Mixed()
 
 
+def _arrays() -> tuple:
+    """NumPy's array type where NumPy is imported, else nothing: an index can hold an
+    array only then, and NumPy is not a dependency of torch or of tensortools."""
+    numpy = sys.modules.get("numpy")
+    return (numpy.ndarray,) if numpy is not None else ()
+
+
 def _is_sequence(x: Any) -> bool:
-    return isinstance(x, (Sequence, np.ndarray)) and not isinstance(x, (str, bytes, Tensor))
+    return isinstance(x, (Sequence, *_arrays())) and not isinstance(x, (str, bytes, Tensor))
 
 
 def _as_tuple(index: Any) -> tuple:
     """The index's entries, as torch splits them."""
     if isinstance(index, tuple):
         return index
-    if isinstance(index, (Tensor, np.ndarray)) or not _is_sequence(index) or len(index) >= 32:
+    if isinstance(index, (Tensor, *_arrays())) or not _is_sequence(index) or len(index) >= 32:
         return (index,)
     if any(
         isinstance(e, (Tensor, slice)) or _is_sequence(e) or e is None or e is Ellipsis
@@ -66,10 +73,14 @@ def _entry(e: Any) -> Any:
         return operator.index(e)  # (ints, NumPy integers and 0-d integer arrays)
     except TypeError:
         pass
-    if isinstance(e, np.ndarray):
+    arrays = _arrays()
+    if arrays and isinstance(e, arrays):
         return torch.from_numpy(e)
     if _is_sequence(e):
-        return torch.from_numpy(np.asarray(list(e) if isinstance(e, range) else e))
+        items = list(e) if isinstance(e, range) else e
+        if arrays:  # (as torch reads a list: through NumPy, where it has NumPy)
+            return torch.from_numpy(sys.modules["numpy"].asarray(items))
+        return torch.tensor(items)
     return e  # (torch refused it already)
 
 
