@@ -4,14 +4,13 @@ over them, the batch rules over the class, which they register on when imported)
 private name crosses a module border; and the dispatch base under every type imports
 nothing of tensortools.ops."""
 
-import ast
-import concurrent.futures
 import pathlib
 import subprocess
 import sys
 
 import pytest
 import torch
+from _support.packages import Package, imports
 
 import tensortools
 from tensortools.dispatch import wrapper
@@ -20,33 +19,10 @@ from tensortools.types.metadata import batch_rule, tensor
 
 PACKAGE = pathlib.Path(metadata.__file__).parent
 PREFIX = "tensortools.types.metadata"
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+PKG = Package(PREFIX, PACKAGE)
+MODULES = PKG.modules
 # the modules with the batch rules: none of the class's modules may import them
 BATCH = {"batch", "collation", "batch_verdict", "batch_moves", "batch_rule"}
-
-
-def _imports(path: pathlib.Path) -> list[tuple[str, list[str]]]:
-    """(module, names imported from it) for each import in the file, wherever it stands
-    (in a function too)."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.append((node.module, [a.name for a in node.names]))
-        elif isinstance(node, ast.Import):
-            found += [(a.name, []) for a in node.names]
-    return found
-
-
-def _sibling_imports(module: str) -> list[tuple[str, list[str]]]:
-    """(sibling module, names imported from it) for each import of the package's own
-    modules in `module`'s source."""
-    found = []
-    for name, names in _imports(PACKAGE / f"{module}.py"):
-        if name == PREFIX:  # from tensortools.types.metadata import a, b
-            found += [(n, []) for n in names]
-        elif name.startswith(PREFIX + "."):
-            found.append((name.removeprefix(PREFIX + "."), names))
-    return found
 
 
 def test_the_package_has_the_documented_modules():
@@ -64,39 +40,20 @@ def test_the_package_exports_what_the_api_lists():
 
 @pytest.mark.slow
 def test_each_module_imports_alone_in_a_fresh_interpreter():
-    # One interpreter per module (what a module imports first is the point), two at once.
-    def imports_alone(module):
-        code = (
-            f"import {PREFIX}.{module} as m, torch\n"
-            "from tensortools import MetadataTensor\n"
-            "b = torch.stack([MetadataTensor(torch.ones(2), {'id': i}) for i in range(3)])\n"
-            "assert b.batch_size == 3 and b[1].metadata == {'id': 1}\n"
-            "assert torch.flip(b, [0]).metadata == {'id': [2, 1, 0]}\n"
-            "assert torch.exp(b).batch_size == 3 and torch.sum(b, 0).batch_size is None\n"
-            "print('ok')\n"
-        )
-        run = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
-        )
-        return "" if run.returncode == 0 and run.stdout.strip() == "ok" else run.stderr[-2000:]
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        failed = {m: err for m, err in zip(MODULES, pool.map(imports_alone, MODULES)) if err}
+    # One interpreter per module (what a module imports first is the point).
+    failed = PKG.failing_alone(
+        "from tensortools import MetadataTensor\n"
+        "b = torch.stack([MetadataTensor(torch.ones(2), {'id': i}) for i in range(3)])\n"
+        "assert b.batch_size == 3 and b[1].metadata == {'id': 1}\n"
+        "assert torch.flip(b, [0]).metadata == {'id': [2, 1, 0]}\n"
+        "assert torch.exp(b).batch_size == 3 and torch.sum(b, 0).batch_size is None\n"
+        "print('ok')\n"
+    )
     assert not failed, failed
 
 
 def test_imports_point_one_way():
-    graph = {m: {name for name, _ in _sibling_imports(m)} for m in MODULES}
-    for module, targets in graph.items():
-        assert targets <= set(MODULES), f"{module} imports {targets - set(MODULES)}"
-    # no cycle: a topological order exists
-    order, remaining = [], dict(graph)
-    while remaining:
-        ready = [m for m, targets in remaining.items() if targets <= set(order)]
-        assert ready, f"import cycle among {sorted(remaining)}"
-        order += ready
-        for m in ready:
-            del remaining[m]
+    graph = PKG.import_graph()
     # the dict rules and the index reader import none of the package; the class only the
     # dict rules; the batch rules sit over the class
     assert graph["dicts"] == set() and graph["batch_index"] == set()
@@ -108,14 +65,7 @@ def test_imports_point_one_way():
 
 
 def test_no_private_name_crosses_a_module_border():
-    crossing = [
-        f"{module} imports {name} from {source}"
-        for module in MODULES
-        for source, names in _sibling_imports(module)
-        for name in names
-        if name.startswith("_")
-    ]
-    assert not crossing
+    assert not PKG.private_crossings()
 
 
 def test_the_batch_modules_registered_their_rules_on_the_class():
@@ -139,7 +89,7 @@ def test_no_dispatch_module_imports_tensortools_ops():
     found = [
         f"{path.name} imports {name} {names}"
         for path in sorted(DISPATCH.glob("*.py"))
-        for name, names in _imports(path)
+        for name, names in imports(path)
         if name == "tensortools.ops"
         or name.startswith("tensortools.ops.")
         or (name == "tensortools" and "ops" in names)

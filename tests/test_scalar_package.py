@@ -4,15 +4,12 @@ shared helpers), no private name crosses a module border, and the rules the Pyth
 handlers share with the compiled path (csrc/python/scalar_dispatch.cpp) agree with their
 definitions in plain PyTorch."""
 
-import ast
-import concurrent.futures
 import math
 import pathlib
-import subprocess
-import sys
 
 import pytest
 import torch
+from _support.packages import Package
 
 import tensortools
 from tensortools._native import C
@@ -21,7 +18,8 @@ from tensortools.types.scalar import FastCode, ScalarTensor, fast_path
 
 PACKAGE = pathlib.Path(scalar.__file__).parent
 PREFIX = "tensortools.types.scalar"
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+PKG = Package(PREFIX, PACKAGE)
+MODULES = PKG.modules
 # the handler families: each registers on the class and none may sit under another
 FAMILIES = {
     "arithmetic",
@@ -34,26 +32,6 @@ FAMILIES = {
 }
 
 
-def _sibling_imports(module: str) -> list[tuple[str, list[str]]]:
-    """(sibling module, names imported from it) for each import of the package's own
-    modules in `module`'s source, wherever it stands (in a function too)."""
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == PREFIX:  # from tensortools.types.scalar import a, b
-                found += [(alias.name, []) for alias in node.names]
-            elif node.module.startswith(PREFIX + "."):
-                found.append((node.module.removeprefix(PREFIX + "."), [a.name for a in node.names]))
-        elif isinstance(node, ast.Import):
-            found += [
-                (a.name.removeprefix(PREFIX + "."), [])
-                for a in node.names
-                if a.name.startswith(PREFIX + ".")
-            ]
-    return found
-
-
 def test_the_package_has_the_documented_modules():
     assert set(MODULES) == FAMILIES | {"tensor", "common", "fast_path"}
     for module in MODULES:
@@ -62,38 +40,19 @@ def test_the_package_has_the_documented_modules():
 
 @pytest.mark.slow
 def test_each_module_imports_alone_in_a_fresh_interpreter():
-    # One interpreter per module (what a module imports first is the point), two at once.
-    def imports_alone(module):
-        code = (
-            f"import {PREFIX}.{module} as m, torch\n"
-            "from tensortools import ScalarTensor\n"
-            "d = ScalarTensor(3, 2.0)\n"
-            "assert torch.sum(d).item() == 6.0\n"
-            "assert torch.equal(torch.sin(d).tensor(), torch.sin(d.tensor()))\n"
-            "print('ok')\n"
-        )
-        run = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
-        )
-        return "" if run.returncode == 0 and run.stdout.strip() == "ok" else run.stderr[-2000:]
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        failed = {m: err for m, err in zip(MODULES, pool.map(imports_alone, MODULES)) if err}
+    # One interpreter per module (what a module imports first is the point).
+    failed = PKG.failing_alone(
+        "from tensortools import ScalarTensor\n"
+        "d = ScalarTensor(3, 2.0)\n"
+        "assert torch.sum(d).item() == 6.0\n"
+        "assert torch.equal(torch.sin(d).tensor(), torch.sin(d.tensor()))\n"
+        "print('ok')\n"
+    )
     assert not failed, failed
 
 
 def test_imports_point_one_way():
-    graph = {m: {name for name, _ in _sibling_imports(m)} for m in MODULES}
-    for module, targets in graph.items():
-        assert targets <= set(MODULES), f"{module} imports {targets - set(MODULES)}"
-    # no cycle: a topological order exists
-    order, remaining = [], dict(graph)
-    while remaining:
-        ready = [m for m, targets in remaining.items() if targets <= set(order)]
-        assert ready, f"import cycle among {sorted(remaining)}"
-        order += ready
-        for m in ready:
-            del remaining[m]
+    graph = PKG.import_graph()
     # the class imports none of its package; the shared helpers only the class; no family
     # imports another family
     assert graph["tensor"] == set()
@@ -103,14 +62,7 @@ def test_imports_point_one_way():
 
 
 def test_no_private_name_crosses_a_module_border():
-    crossing = [
-        f"{module} imports {name} from {source}"
-        for module in MODULES
-        for source, names in _sibling_imports(module)
-        for name in names
-        if name.startswith("_")
-    ]
-    assert not crossing
+    assert not PKG.private_crossings()
 
 
 def test_fast_path_lists_every_code_and_only_registered_handlers():

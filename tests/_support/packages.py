@@ -1,0 +1,80 @@
+"""The checks a package of modules (tensortools.types.scalar, tensortools.types.metadata)
+keeps to: each module imports alone, imports point one way, no private name crosses a
+module border. Read from the source (ast), wherever an import stands."""
+
+from __future__ import annotations
+
+import ast
+import concurrent.futures
+import pathlib
+import subprocess
+import sys
+
+
+def imports(path: pathlib.Path) -> list[tuple[str, list[str]]]:
+    """(module, names imported from it) for each absolute import in the file, wherever it
+    stands (in a function too)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append((node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names]
+    return found
+
+
+class Package:
+    def __init__(self, prefix: str, folder: pathlib.Path) -> None:
+        self.prefix, self.folder = prefix, folder
+        self.modules = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+
+    def sibling_imports(self, module: str) -> list[tuple[str, list[str]]]:
+        """(sibling module, names imported from it) for each import of the package's own
+        modules in `module`'s source, wherever it stands (in a function too)."""
+        prefix, found = self.prefix, []
+        for name, names in imports(self.folder / f"{module}.py"):
+            if name == prefix:  # from <package> import a, b
+                found += [(n, []) for n in names]
+            elif name.startswith(prefix + "."):
+                found.append((name.removeprefix(prefix + "."), names))
+        return found
+
+    def import_graph(self) -> dict[str, set[str]]:
+        """module -> the siblings it imports; fails where an import names no module of the
+        package or where the imports go round in a cycle."""
+        graph = {m: {name for name, _ in self.sibling_imports(m)} for m in self.modules}
+        for module, targets in graph.items():
+            assert targets <= set(self.modules), f"{module} imports {targets - set(self.modules)}"
+        order, remaining = [], dict(graph)  # (a topological order exists)
+        while remaining:
+            ready = [m for m, targets in remaining.items() if targets <= set(order)]
+            assert ready, f"import cycle among {sorted(remaining)}"
+            order += ready
+            for m in ready:
+                del remaining[m]
+        return graph
+
+    def private_crossings(self) -> list[str]:
+        return [
+            f"{module} imports {name} from {source}"
+            for module in self.modules
+            for source, names in self.sibling_imports(module)
+            for name in names
+            if name.startswith("_")
+        ]
+
+    def failing_alone(self, smoke: str) -> dict[str, str]:
+        """module -> stderr, for each module that, imported first in a fresh interpreter
+        (two at a time), fails the `smoke` code after it (which prints "ok")."""
+
+        def imports_alone(module: str) -> str:
+            code = f"import {self.prefix}.{module} as m, torch\n{smoke}"
+            run = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+            )
+            ok = run.returncode == 0 and run.stdout.strip() == "ok"
+            return "" if ok else run.stderr[-2000:]
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            results = pool.map(imports_alone, self.modules)
+            return {m: err for m, err in zip(self.modules, results) if err}
