@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from torch.utils._pytree import tree_leaves
 
 import tensortools
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, coverage
@@ -252,3 +253,70 @@ def test_registering_a_spec_changes_what_the_report_runs():
     assert options["make"](x) is None
     with pytest.raises(TypeError, match="cls"):
         coverage.register("Plain")
+
+
+def test_op_db_samples_are_generated_once_and_handed_out_as_copies():
+    pytest.importorskip("expecttest", reason="op_db needs the expecttest package")
+    from tensortools.coverage import samples as module
+
+    entries = {info.name: info for info in module.op_db()}
+    infos = [entries[name] for name in ("add", "index_add", "t", "cat")]
+    calls = []
+    for info in infos:
+        real = info.sample_inputs
+        # (counts the generator's runs: a second walk must not run it again)
+        object.__setattr__(
+            info,
+            "sample_inputs",
+            lambda *a, _r=real, _n=info.name, **k: calls.append(_n) or _r(*a, **k),
+        )
+    try:
+        module._GENERATED.clear()
+        torch.manual_seed(7)
+        state = torch.default_generator.get_state()
+        first = {i.name: module.op_db_samples(i, torch.float32, 3) for i in infos}
+        assert torch.equal(torch.default_generator.get_state(), state)  # put back
+        # a fresh generation from the seed gives the same samples, whatever ran before
+        torch.default_generator.manual_seed(0)
+        direct = {i.name: list(i.sample_inputs("cpu", torch.float32))[:3] for i in infos}
+        calls.clear()
+        for name, got in first.items():
+            assert len(got) == len(direct[name]) > 0
+            for s, d in zip(got, direct[name]):
+                for a, b in zip(
+                    tree_leaves((s.input, s.args, s.kwargs)),
+                    tree_leaves((d.input, d.args, d.kwargs)),
+                ):
+                    if isinstance(a, torch.Tensor):
+                        assert a.stride() == b.stride() and torch.equal(a, b)
+        # each call gets its own tensors: writing to one changes no later walk's
+        for s in first["add"]:
+            s.input.fill_(123.0)
+        again = module.op_db_samples(entries["add"], torch.float32, 3)
+        assert not any(bool((s.input == 123.0).all()) for s in again)
+        assert calls == []  # generated once
+        module.op_db_samples(entries["add"], torch.float32, 5)  # more than kept: once more
+        assert calls == ["add"]
+    finally:
+        for info in infos:
+            object.__delattr__(info, "sample_inputs")
+        module._GENERATED.clear()
+
+
+def test_a_sample_generator_that_raises_raises_on_every_call_without_running_again():
+    from tensortools.coverage import samples as module
+
+    runs = []
+
+    class Broken:
+        name, variant_test_name = "broken", ""
+
+        def sample_inputs(self, device, dtype):
+            runs.append(dtype)
+            raise RuntimeError("no samples on this build")
+
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="no samples on this build"):
+            module.op_db_samples(Broken(), torch.float32, 1)
+    assert runs == [torch.float32]
+    module._GENERATED.pop(("broken", "", torch.float32))

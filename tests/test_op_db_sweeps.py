@@ -3,27 +3,21 @@
 Sampling: the first 2 CPU samples of each op_db entry supporting float32. The full tier
 (--full) takes every entry (about 1250 calls per wrapper type and 250 square-matrix calls
 for ScalarTensor, 15-70 s a type on the 2-core CI machine); the default tier a seeded
-quarter of the entries (tests/_support/tiers.py).
+quarter of the entries, part of the draw every op_db sweep shares (tests/_support/tiers.py).
 """
 
 import pytest
 from _support import tiers
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, coverage
-from tensortools.coverage.samples import op_db
 
 pytest.importorskip("expecttest", reason="op_db needs the expecttest package")
 
 pytestmark = pytest.mark.slow
 
 
-def _entries(key):
-    names = sorted({info.name for info in op_db()})
-    return tiers.sample(names, len(names) // 4, key)
-
-
 def _sample_counts(cls, minimum):
-    rep = coverage.report(cls, max_samples=2, ops=_entries(cls.__name__))
+    rep = coverage.report(cls, max_samples=2, ops=tiers.op_db_names(4))
     counts = rep.counts()
     run = sum(counts[f"samples {r}"] for r in coverage.SAMPLE_RESULTS)
     names = [f.name for f in rep.functions]

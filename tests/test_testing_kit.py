@@ -339,8 +339,7 @@ def test_the_three_types_over_all_of_op_db(name):
     # each); a seeded fifth of them by default.
     cls, make, options = TYPES[name]
     checks = [c for c in options.get("checks", testing.CHECKS) if c != "compile"]
-    names = testing.function_names()
-    ops = tiers.sample(names, len(names) // 5, f"check_type {name}")
+    ops = testing.function_names(tiers.op_db_names(5))  # (those with a runnable sample)
     report = testing.check_type(cls, make, ops=ops, **{**options, "checks": checks})
     assert report.passed and len(report.functions) > (500 if tiers.full() else 100)
 
@@ -383,15 +382,24 @@ def test_coverage_command_refuses_unknown_checks(capsys):
 
 @pytest.mark.slow
 def test_coverage_command_runs_check_type(capsys):
-    assert (
-        coverage.main(
-            ["LoggingTensor", "--no-samples", "--max-samples", "1", "--check", "values,types"]
-        )
-        == 0
-    )
+    # (every op_db function in the full tier; the suite's shared draw, a twentieth, by default)
+    ran = testing.function_names(tiers.op_db_names(20))  # (those with a runnable sample)
+    argv = ["LoggingTensor", "--no-samples", "--max-samples", "1", "--check", "values,types"]
+    assert coverage.main([*argv, "--ops", ",".join(ran)]) == 0
     out = capsys.readouterr().out
-    ran = testing.function_names()  # (every op_db function with a runnable sample)
-    assert f"LoggingTensor: {len(ran)} functions" in out and "0 failures" in out
+    assert len(ran) > 10 and f"LoggingTensor: {len(ran)} functions" in out and "0 failures" in out
+
+
+def test_coverage_command_checks_only_the_functions_named(capsys):
+    argv = ["LoggingTensor", "--no-samples", "--max-samples", "1", "--check", "values"]
+    assert coverage.main([*argv, "--ops", "exp, flip"]) == 0
+    assert "LoggingTensor: 2 functions" in capsys.readouterr().out
+    # a name op_db has no sample of fails the check: nothing passes untested
+    assert coverage.main([*argv, "--ops", "exp,no_such_function"]) == 1
+    assert "no op_db sample of this name could be run" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:
+        coverage.main([*argv, "--ops", " , "])
+    assert info.value.code == 2 and "--ops: give at least one" in capsys.readouterr().err
 
 
 # --- tensors inside containers ----------------------------------------------------------------

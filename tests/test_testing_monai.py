@@ -44,16 +44,15 @@ def test_monai_metatensor_over_the_default_checks():
     checks = [c for c in testing.CHECKS if c != "compile"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # MONAI's own deprecation warnings
-        # every op_db function in the full tier, a seeded fifth (and the two declared)
-        # by default
-        names = testing.function_names()
-        ops = sorted({*tiers.sample(names, len(names) // 5, "monai"), *DECLARED})
+        # every op_db function in the full tier; by default a seeded twentieth (the
+        # part of the suite's op_db draw that every sweep shares) and the two declared
+        ops = sorted({*testing.function_names(tiers.op_db_names(20)), *DECLARED})
         report = testing.check_type(
             monai.MetaTensor, monai.MetaTensor, checks=checks, refusals=monai_refusals, ops=ops
         )
     if tiers.full():
         assert len(report.functions) > 500 and report.samples > 1000
     else:
-        assert len(report.functions) > 100 and report.samples > 200
+        assert len(report.functions) > 20 and report.samples > 40
     # exactly the two declared behaviours, and nothing else
     assert {f.function for f in report.refused} == DECLARED, report.refused

@@ -21,7 +21,7 @@ from _support import tiers
 from torch.utils._pytree import tree_flatten, tree_map_only
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs, coverage
-from tensortools.coverage.samples import UNDEFINED_VALUES, op_db
+from tensortools.coverage.samples import UNDEFINED_VALUES
 from tensortools.dispatch import TensorWrapper
 from tensortools.dispatch.wrapper import WrapperPath
 
@@ -185,9 +185,8 @@ def test_compiled_and_python_paths_agree_on_every_op_db_sample(case):
     maker, tracking = CASES[case]
     cls = MetadataTensor if maker is _BATCH else maker
     assert cls._fast.kind != WrapperPath.PYTHON, "the compiled path is not taken at all"
-    # every op_db entry in the full tier, a seeded fifth by default
-    names = sorted({info.name for info in op_db()})
-    ops = tiers.sample(names, len(names) // 5, f"paths {case}")
+    # every op_db entry in the full tier, by default the seeded fifth every sweep shares
+    ops = tiers.op_db_names(5)
     cases = list(coverage.sample_cases(max_samples=2, ops=ops))
     assert len(cases) > (1000 if tiers.full() else 200)
     failures = []

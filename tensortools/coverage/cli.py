@@ -112,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-samples", type=int, default=2, help="op_db samples per operator (default 2)"
     )
     parser.add_argument(
+        "--ops",
+        metavar="NAMES",
+        help="run the op_db samples (and --check) of these functions only (comma-separated "
+        "op_db names, as exp,flip,linalg.det; default: every function)",
+    )
+    parser.add_argument(
         "--make",
         metavar="FUNCTION",
         help="pkg.module.function making an instance of the type from one tensor (None where "
@@ -140,6 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [c for c in checks if c not in testing.CHECKS]
         if unknown:
             parser.error(f"--check: unknown checks {unknown}; known: {', '.join(testing.CHECKS)}")
+    ops = None
+    if args.ops is not None:
+        ops = [name.strip() for name in args.ops.split(",") if name.strip()]
+        if not ops:
+            parser.error("--ops: give at least one op_db name (comma-separated)")
     try:
         types = [resolve_type(t) for t in args.types]
         make = _resolve_function(args.make) if args.make else None
@@ -155,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                 samples=not args.no_samples,
                 max_samples=args.max_samples,
                 progress=not args.no_progress,
+                ops=ops,
             )
         except TypeError as err:
             parser.error(str(err))
@@ -183,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         result = testing.check_type(
             cls,
             checks=checks,
+            ops=ops,
             max_samples=args.max_samples,
             raise_on_failure=False,
             **testing.options_from_coverage_hooks(cls),

@@ -4,13 +4,15 @@ against the plain computation."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 
 from tensortools._optional import tool_import
 from tensortools.coverage.spec import spec_for
@@ -21,7 +23,9 @@ __all__ = [
     "SampleResult",
     "check_sample",
     "explain_refusal",
+    "OpSample",
     "op_db",
+    "op_db_samples",
     "op_db_size",
     "sample_cases",
     "UNDEFINED_VALUES",
@@ -57,13 +61,11 @@ def sample_cases(
             continue
         if dtype in info.supported_dtypes("cpu"):
             try:
-                samples = info.sample_inputs("cpu", dtype)
-                for i, s in enumerate(samples):
-                    if i >= max_samples:
-                        break
-                    yield info.name, info.op, s.input, tuple(s.args), dict(s.kwargs)
+                samples = op_db_samples(info, dtype, max_samples)
             except Exception:  # an entry whose sample generator fails on this build
-                pass
+                samples = []
+            for s in samples:
+                yield info.name, info.op, s.input, s.args, s.kwargs
         if on_entry:
             on_entry()
 
@@ -84,6 +86,70 @@ def op_db() -> list:
         "torch.testing._internal.common_methods_invocations", "PyTorch's op_db (operator samples)"
     )
     return module.op_db
+
+
+class OpSample(NamedTuple):
+    """One op_db sample: the input, further arguments and keyword arguments."""
+
+    input: Any
+    args: tuple
+    kwargs: dict
+
+
+# (OpInfo name, variant, dtype) -> (the samples generated, whether the generator ran out;
+# or the exception generating them raised)
+_GENERATED: dict[tuple[str, str, torch.dtype], tuple[list[OpSample], bool] | Exception] = {}
+_GENERATED_LOCK = threading.Lock()
+
+
+def op_db_samples(info: Any, dtype: torch.dtype, n: int) -> list[OpSample]:
+    """The first `n` CPU samples of an OpInfo in `dtype`.
+
+    Generating op_db's samples costs more than running most of them, and several walks
+    over op_db (the checks of :func:`~tensortools.testing.check_type`, the coverage
+    report, a suite running both for several types) want the same ones: they are
+    generated once per process, from the CPU generator seeded with 0 (the same samples
+    whatever ran before; the generator's state is put back after), and each call gets
+    its own copies of their tensors (same values, sizes and strides), so a call that
+    changes one in place changes no other walk's. (A tensor whose elements overlap, as an
+    expanded one, is shared: torch refuses to write to it.) A generator that raises does
+    so again on every call, without running again."""
+    key = (info.name, info.variant_test_name, dtype)
+    with _GENERATED_LOCK:
+        kept = _GENERATED.get(key)
+    if kept is None or (isinstance(kept, tuple) and len(kept[0]) < n and not kept[1]):
+        state = torch.default_generator.get_state()
+        torch.default_generator.manual_seed(0)
+        try:
+            made = [
+                OpSample(s.input, tuple(s.args), dict(s.kwargs))
+                for s in itertools.islice(info.sample_inputs("cpu", dtype), n)
+            ]
+            kept = (made, len(made) < n)
+        except Exception as err:  # noqa: BLE001 - kept, and raised to each caller
+            kept = err
+        finally:
+            torch.default_generator.set_state(state)
+        with _GENERATED_LOCK:
+            _GENERATED[key] = kept
+    if isinstance(kept, Exception):
+        raise kept
+    return [_copied(s) for s in kept[0][:n]]
+
+
+def _copied(sample: OpSample) -> OpSample:
+    def one(t: Tensor) -> Tensor:
+        with torch._C.DisableTorchFunctionSubclass(), torch.no_grad():
+            if t.layout != torch.strided:
+                out = t.clone()
+            elif t.is_conj() or t.is_neg() or torch._debug_has_internal_overlap(t) != 0:
+                return t
+            else:
+                out = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
+                out.copy_(t)
+        return out.requires_grad_(t.requires_grad) if t.is_leaf else out
+
+    return OpSample(*tree_map_only(Tensor, one, tuple(sample), is_leaf=_is_size))
 
 
 def _is_size(x: Any) -> bool:

@@ -10,7 +10,6 @@ sample per choice that `instances` asks for (:data:`INSTANCES`)."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -18,7 +17,7 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map_only
 
-from tensortools.coverage.samples import op_db
+from tensortools.coverage.samples import OpSample, op_db, op_db_samples
 
 __all__ = [
     "INSTANCES",
@@ -139,7 +138,7 @@ def op_samples(
                 for i, s in enumerate(generated(info, dtype, max_samples)):
                     if not _runs(s.input):
                         continue
-                    args, kwargs = tuple(s.args), dict(s.kwargs)
+                    args, kwargs = s.args, s.kwargs
                     # A sparse tensor among the arguments stays as it is (the type need
                     # not hold every layout): only strided ones become instances.
                     tensors = tensor_leaves((s.input, args, kwargs))
@@ -175,11 +174,11 @@ def shaped(samples: Iterable[Sample], hook: SampleHook | None) -> list[Sample]:
     return out
 
 
-def generated(info: Any, dtype: torch.dtype, n: int) -> list:
-    """The first `n` of an OpInfo's CPU samples of `dtype`, generated from a seeded
-    generator: a function's samples are the same whatever ran before."""
-    torch.default_generator.manual_seed(0)
-    return list(itertools.islice(info.sample_inputs("cpu", dtype), n))
+def generated(info: Any, dtype: torch.dtype, n: int) -> list[OpSample]:
+    """The first `n` of an OpInfo's CPU samples of `dtype`: the same whatever ran before,
+    generated once per process and shared by every walk over op_db
+    (:func:`tensortools.coverage.samples.op_db_samples`)."""
+    return op_db_samples(info, dtype, n)
 
 
 def _runs(input: Any) -> bool:

@@ -66,6 +66,23 @@ def sample(items: Sequence[T], k: int, key: str) -> list[T]:
     return [item for i, item in enumerate(items) if i in picked]
 
 
+def op_db_names(fraction: int = 5) -> list[str]:
+    """op_db's function names, sorted: every one in the full tier; by default a seeded
+    1/`fraction` of them. Every op_db sweep of the suite takes its functions from this
+    one draw (a smaller fraction is the start of a larger one), so the samples op_db
+    generates for a function, the costly part of a walk, are generated once per process
+    and shared (tensortools.coverage.samples.op_db_samples)."""
+    from tensortools.coverage.samples import op_db
+
+    names = sorted({info.name for info in op_db()})
+    if full():
+        return names
+    order = list(range(len(names)))
+    random.Random(f"{seed()}:op_db").shuffle(order)
+    picked = set(order[: max(1, len(names) // fraction)])
+    return [name for i, name in enumerate(names) if i in picked]
+
+
 def describe() -> str:
     if full():
         return "tier: full (every sweep whole, tests marked full included)"
