@@ -11,7 +11,7 @@ from tensortools import testing
 from tensortools.types.metadata import MetadataTensor, metadata_of
 
 #: Every check but the slow one (compile) and modules.
-CHECKS = [c for c in testing.CHECKS if c not in ("compile", "modules")]
+CHECKS = [c for c in testing.DEFAULT_CHECKS if c not in ("compile", "modules")]
 NEW = ["layouts", "mutation", "promotion", "leaks"]
 
 #: A small selection: the broken handlers are on exp, sign and add.

@@ -321,10 +321,10 @@ TYPES = {
 @pytest.mark.slow
 def test_the_three_types_pass_the_quick_selection(name):
     cls, make, options = TYPES[name]
-    checks = [c for c in options.get("checks", testing.CHECKS) if c != "compile"]
+    checks = [c for c in options.get("checks", testing.DEFAULT_CHECKS) if c != "compile"]
     report = testing.check_type(cls, make, ops=QUICK, **{**options, "checks": checks})
     assert report.passed and report.samples > 0
-    if "compile" in options.get("checks", testing.CHECKS):  # compiles afresh per function
+    if "compile" in options.get("checks", testing.DEFAULT_CHECKS):  # compiles afresh per function
         # (the eager backend: MetadataTensor fails under aot_eager, an open finding that
         # tests/test_testing_compile.py keeps as an expected failure)
         testing.check_type(
@@ -338,7 +338,7 @@ def test_the_three_types_over_all_of_op_db(name):
     # Every op_db function with float32 samples in the full tier (about 580, 2 samples
     # each); a seeded fifth of them by default.
     cls, make, options = TYPES[name]
-    checks = [c for c in options.get("checks", testing.CHECKS) if c != "compile"]
+    checks = [c for c in options.get("checks", testing.DEFAULT_CHECKS) if c != "compile"]
     ops = testing.function_names(tiers.op_db_names(5))  # (those with a runnable sample)
     report = testing.check_type(cls, make, ops=ops, **{**options, "checks": checks})
     assert report.passed and len(report.functions) > (500 if tiers.full() else 100)
@@ -426,7 +426,7 @@ SEVERAL = [
     "chunk",
     "unbind",
 ]
-ALL_BUT_COMPILE = [c for c in testing.CHECKS if c != "compile"]
+ALL_BUT_COMPILE = [c for c in testing.DEFAULT_CHECKS if c != "compile"]
 
 
 class CatKeepsFirstMetadata(MetadataTensor):

@@ -10,7 +10,7 @@ import tensortools.testing
 from tensortools import MetadataTensor, testing
 from tensortools.types.metadata import metadata_of
 
-OTHER_CHECKS = [c for c in testing.CHECKS if c not in ("modules", "compile")]
+OTHER_CHECKS = [c for c in testing.DEFAULT_CHECKS if c not in ("modules", "compile")]
 SMALL = ["add", "exp", "sum", "matmul", "transpose"]
 
 

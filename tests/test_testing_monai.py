@@ -41,7 +41,7 @@ def monai_refusals(err: BaseException) -> bool:
 def test_monai_metatensor_over_the_default_checks():
     monai = pytest.importorskip("monai.data")
     # (compile is run apart: tests/test_testing_compile.py shows the chain it fails)
-    checks = [c for c in testing.CHECKS if c != "compile"]
+    checks = [c for c in testing.DEFAULT_CHECKS if c != "compile"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # MONAI's own deprecation warnings
         # every op_db function in the full tier; by default a seeded twentieth (the

@@ -4,7 +4,8 @@
 ``expecttest`` package) through a type and compares every answer with the plain
 computation (also on non-contiguous layouts and under type promotion), then checks that
 calls leave their inputs unchanged and unreferenced, the method and operator forms,
-autograd, serialization, threads and ``torch.compile``. It raises one
+autograd, serialization, threads and ``torch.compile`` (and, asked for by name, that
+batches keep each sample's state under every index form). It raises one
 :class:`TypeCheckError` that lists every failure (check, function, sample, what
 differed). :func:`parametrize` gives one pytest test per function, so a suite reports
 failures by name. ``docs/testing-a-type.md`` has a worked example.
@@ -25,6 +26,7 @@ from tensortools._progress import Progress
 from tensortools.coverage.spec import CoverageSpec, spec_for
 from tensortools.testing.aliases import check_aliases
 from tensortools.testing.autograd import check_autograd
+from tensortools.testing.batches import check_batches
 from tensortools.testing.binding import check_binding
 from tensortools.testing.compiled import check_compile
 from tensortools.testing.func import check_func
@@ -48,6 +50,7 @@ from tensortools.testing.values import check_values_and_types
 
 __all__ = [
     "CHECKS",
+    "DEFAULT_CHECKS",
     "Failure",
     "FailureGroup",
     "TypeCheckError",
@@ -76,7 +79,12 @@ CHECKS = (
     "threads",
     "compile",
     "modules",
+    "batches",
 )
+
+#: The checks :func:`check_type` runs unless told which: every one but ``batches``, which
+#: only a type with batch semantics passes (it is run when named).
+DEFAULT_CHECKS = tuple(c for c in CHECKS if c != "batches")
 
 #: Seconds a run takes before its progress bar is drawn (shorter runs show none).
 PROGRESS_DELAY = 3.0
@@ -91,7 +99,7 @@ def check_type(
     *,
     reference: Callable[[Callable, Tensor, tuple, dict], Any] | None = None,
     rule: Callable[..., str] | None = None,
-    checks: Iterable[str] = CHECKS,
+    checks: Iterable[str] = DEFAULT_CHECKS,
     ops: Iterable[str] | None = None,
     dtypes: Sequence[torch.dtype] = (torch.float32,),
     max_samples: int = 2,
@@ -105,6 +113,8 @@ def check_type(
     volatile_attrs: Iterable[str] = (),
     compile_backends: Sequence[str] = ("eager", "aot_eager"),
     samples: SampleHook | None = None,
+    sample_state: Callable[[Any], Any] | None = None,
+    collate_fn: Callable[[list], Any] | None = None,
     progress: bool = True,
     raise_on_failure: bool = True,
 ) -> TypeCheckReport:
@@ -145,7 +155,8 @@ def check_type(
     (``split``, ``meshgrid``) are compared element by element. ``binding`` and
     ``compile`` run only the samples whose instances all sit in the input.
 
-    `checks` is any of :data:`CHECKS`:
+    `checks` is any of :data:`CHECKS` (by default :data:`DEFAULT_CHECKS`: all but
+    ``batches``, which a type without batch semantics cannot pass):
 
     - ``values``: the sample on the type equals the plain run (the sample dtype's
       tolerance); the in-place form has the same effect;
@@ -190,7 +201,19 @@ def check_type(
       ``torch.compile`` with each of `compile_backends` (``"eager"`` and
       ``"aot_eager"`` by default; add ``"inductor"`` for the full form) equal eager on
       the same instances (each compiles afresh: this check is the slow one); torch's
-      logs are held back while it runs, and a failure gives the real exception.
+      logs are held back while it runs, and a failure gives the real exception;
+    - ``batches`` (only when named): six samples of shape (2, 3), sample k holding the
+      values ``6k .. 6k+5`` (of ``dtypes[0]``), each made an instance by `make` (whose
+      state must tell them apart: ``{"id": t.flatten()[0].item()}``, say), collated by
+      `collate_fn` (``torch.utils.data.default_collate`` by default) all at once and
+      three at a time through a ``DataLoader``, the loader's two batches joined by
+      ``torch.cat`` (the second first); on each batch, ``b[1]``, ``b[-1]``,
+      ``b[-3:-1]``, ``b[[2, 0, 2]]``, a tensor index, a bool mask, ``b.unbind(0)``,
+      iteration and a ``torch.save``/``torch.load`` round trip (``weights_only=True``
+      where the type loads so, with `safe_globals`) give rows of the type, each holding
+      the values and the state of the sample it came from. A sample's state is
+      ``sample_state(instance)`` where given, else its attributes (a row may hold more,
+      as a batch's bookkeeping).
 
     Each check puts back the random generator (the checks seed it), warning filters and
     torch's process-wide settings (default dtype, gradient mode, deterministic
@@ -233,6 +256,9 @@ def check_type(
         raise TypeError(
             f"check_type: 'samples' must be a function of a Sample, got {type(samples).__name__}"
         )
+    for name, hook in (("sample_state", sample_state), ("collate_fn", collate_fn)):
+        if hook is not None and not callable(hook):
+            raise TypeError(f"check_type: '{name}' must be callable, got {type(hook).__name__}")
     if not compile_backends or not all(isinstance(b, str) for b in compile_backends):
         raise TypeError("check_type: 'compile_backends' must name torch.compile backends")
     run = Run(cls, make, densify, reference, rule, settings, refusals, volatile_attrs)
@@ -249,6 +275,8 @@ def check_type(
         "safe_globals": safe_globals,
         "progress": progress,
         "samples": samples,
+        "sample_state": sample_state,
+        "collate_fn": collate_fn,
     }
     state = _process_state()
     try:
@@ -297,8 +325,12 @@ def _run_checks(
     compile_samples = options["compile_samples"]
     safe_globals = options["safe_globals"]
     hook = options["samples"]
-    samples = shaped(op_samples(ops, dtypes, max_samples, tuple(instances)), hook)
-    if ops is not None:  # a function asked for and never run must not pass unseen
+    # (the batches check makes its own samples: run alone, it needs no op_db)
+    sampled = bool(set(checks) - {"batches"})
+    samples = (
+        shaped(op_samples(ops, dtypes, max_samples, tuple(instances)), hook) if sampled else []
+    )
+    if ops is not None and sampled:  # a function asked for and never run must not pass unseen
         for name in sorted(set(ops) - {s.name for s in samples}):
             run.failures.append(
                 Failure("values", name, "-", "no op_db sample of this name could be run")
@@ -365,6 +397,15 @@ def _run_checks(
         run.guarded("threads", None, lambda: check_threads(run, samples))
     if "modules" in checks:
         run.guarded("modules", None, lambda: check_modules(run, dtypes, max_samples))
+    if "batches" in checks:
+        state, collate = options["sample_state"], options["collate_fn"]
+        run.guarded(
+            "batches",
+            None,
+            lambda: _with_safe_globals(
+                safe_globals, lambda: check_batches(run, dtypes, state, collate)
+            ),
+        )
     return samples
 
 
