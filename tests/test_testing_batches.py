@@ -50,7 +50,7 @@ def failures(cls, make, **options):
 
 def test_batches_is_run_only_when_named():
     assert "batches" in testing.CHECKS and "batches" not in testing.DEFAULT_CHECKS
-    assert set(testing.CHECKS) - set(testing.DEFAULT_CHECKS) == {"batches"}
+    assert set(testing.CHECKS) - set(testing.DEFAULT_CHECKS) == set(testing.ON_REQUEST)
     default = inspect.signature(testing.check_type).parameters["checks"].default
     assert tuple(default) == testing.DEFAULT_CHECKS
 

@@ -67,6 +67,17 @@ def test_the_graph_breaking_type_is_correct_in_eager_and_alone():
         torch.testing.assert_close(got.as_subclass(torch.Tensor), call(plain))
 
 
+def test_compile_runs_when_named_and_not_by_default():
+    # (the graph-breaking type fails the chains: a default run, which leaves compile out,
+    # passes it; named, it fails)
+    default = testing.check_type(
+        GraphBreaking, graph_breaking, ops=OPS, max_samples=1, raise_on_failure=False
+    )
+    assert "compile" not in default.checks and default.samples > 0
+    assert not [f for f in default.failures if f.check == "compile"]
+    assert compile_failures(GraphBreaking, graph_breaking, ops=OPS)
+
+
 def test_chains_catch_what_each_function_alone_does_not():
     reasons = compile_failures(GraphBreaking, graph_breaking, OPS)
     assert reasons, "the compile check missed the graph-breaking type's wrong values"

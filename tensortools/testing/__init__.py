@@ -51,6 +51,7 @@ from tensortools.testing.values import check_values_and_types
 __all__ = [
     "CHECKS",
     "DEFAULT_CHECKS",
+    "ON_REQUEST",
     "Failure",
     "FailureGroup",
     "TypeCheckError",
@@ -82,9 +83,13 @@ CHECKS = (
     "batches",
 )
 
-#: The checks :func:`check_type` runs unless told which: every one but ``batches``, which
-#: only a type with batch semantics passes (it is run when named).
-DEFAULT_CHECKS = tuple(c for c in CHECKS if c != "batches")
+#: Checks run only when named: ``compile`` (each function compiles afresh, about ten
+#: minutes per backend over all of op_db, against a minute for the rest) and ``batches``
+#: (only a type with batch semantics passes it).
+ON_REQUEST = ("compile", "batches")
+
+#: The checks :func:`check_type` runs unless told which: every one but :data:`ON_REQUEST`.
+DEFAULT_CHECKS = tuple(c for c in CHECKS if c not in ON_REQUEST)
 
 #: Seconds a run takes before its progress bar is drawn (shorter runs show none).
 PROGRESS_DELAY = 3.0
@@ -156,7 +161,8 @@ def check_type(
     ``compile`` run only the samples whose instances all sit in the input.
 
     `checks` is any of :data:`CHECKS` (by default :data:`DEFAULT_CHECKS`: all but
-    ``batches``, which a type without batch semantics cannot pass):
+    ``compile``, which costs ten times the rest, and ``batches``, which a type without
+    batch semantics cannot pass; name them to run them):
 
     - ``values``: the sample on the type equals the plain run (the sample dtype's
       tolerance); the in-place form has the same effect;
