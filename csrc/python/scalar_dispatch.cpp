@@ -1,7 +1,8 @@
-// ScalarTensor.__torch_function__ in C for its most common calls, which the Python path
-// answers in a few µs but wraps in several more of table lookups and checks. The kinds of
-// call (Code below, exported as scalar_fast_codes: Python's FastCode) and the functions
-// of each are listed in one place, tensortools/types/scalar/fast_path.py:
+// ScalarTensor.__torch_function__ in C for its most common calls.
+// See Note [The compiled paths] in docs/design.md.
+//
+// The kinds of call (Code below, exported as scalar_fast_codes: Python's FastCode) and the
+// functions of each are listed in one place, tensortools/types/scalar/fast_path.py:
 //   ELEMENTWISE (FLAGGED for one with the flags inplace or training, which must be False
 //      or None and passed by keyword, as torch's functional forms pass them)
 //      an elementwise function of one ScalarTensor, with no other arguments than numbers,
@@ -19,26 +20,17 @@
 // handlers share (probe_of, probed_pair, in_range, number_passes, lapack_safe), are
 // defined here once and exported to Python (scalar_probe, scalar_probed_pair,
 // scalar_whole_sum, scalar_frobenius, scalar_repeated, scalar_in_range,
-// scalar_number_passes, scalar_lapack_safe): the Python handlers call
-// them for every device, this path for CPU pairs. Every other call, and every case these
-// leave out (other arguments, N <= 1 or beyond int64, a device other than the CPU, a
-// result whose off-diagonal entry is not 0, any error), goes to the class's Python path
-// (cls._python_torch_function), which defines the behaviour: tests run both paths over
-// the same sweeps and compare.
+// scalar_number_passes, scalar_lapack_safe): the Python handlers call them for every
+// device, this path for CPU pairs (see Note [ScalarTensor's exact answers] in
+// docs/design.md). Every other call, and every case these leave out (other arguments,
+// N <= 1 or beyond int64, a device other than the CPU, a result whose off-diagonal entry
+// is not 0, any error), goes to the class's Python path (cls._python_torch_function).
 //
-// Python code can run in the middle of a call here too (an attribute read meets a str
-// subclass's __eq__ in an instance dict, a hash of func, a finalizer at any allocation), so
-// what this file uses across such a call is held by a reference of its own, and the
-// keyword arguments are the call's own copy, bound before any of it runs, as the Python
-// handler's **kwargs are.
+// Python code can run in the middle of a call here too.
+// See Note [Python code inside a C call] in docs/design.md.
 //
-// What it needs from a class is one record, cls._fast (a FastRecord, recomputed by
-// tensortools/types/scalar/tensor.py whenever a handler is registered):
-//   (result_class, codes)
-//   result_class  the class structured results are made of (ScalarTensor)
-//   codes         dict func -> one of the codes, holding only the functions whose table
-//                 entry is the Python handler fast_path.py marked with the code (a subclass
-//                 that registers its own handler for one takes the Python path for it)
+// What it reads from a class: cls._fast, a FastRecord (result_class, codes), whose fields
+// tensortools/types/scalar/tensor.py documents.
 #include "scalar_dispatch.h"
 
 #include <c10/util/BFloat16.h>
@@ -243,13 +235,8 @@ struct Count {
 Count count(int64_t n) { return {static_cast<uint64_t>(n), static_cast<double>(n), n == 0}; }
 
 // The probe an elementwise function runs on in place of the pair: the pair repeated
-// kProbeCopies times. torch's CPU loops compute blocks of 2 * (vector width) entries with
-// vector instructions and the rest one by one, and the two can differ (remainder where
-// value / divisor overflows is NaN in one and a number in the other; sinh in the last
-// bit), so where the dense matrix's diagonal lands decides its entries. kProbeCopies * 2
-// exceeds every multiple of 2 * (vector width) up to 128 by 2: the probe's first pair is
-// computed by the vector loop and its last by the scalar one, on every CPU torch builds
-// for.
+// kProbeCopies times, so that torch's vector loop computes its first pair and its scalar
+// loop its last. See Note [ScalarTensor's exact answers] in docs/design.md.
 constexpr int64_t kProbeCopies = 65;
 
 at::Tensor probe_of(const at::Tensor& pair) {
@@ -371,10 +358,9 @@ PyObject* whole_sum(Count n, const at::Tensor& pair) {
   return number(totals[0], pair.options());
 }
 
-// Whether a magnitude the dense call computes on the way (a sum, a sum of squares) lies
-// well inside the dtype's normal range: 0, or between 4 * tiny and largest / 4. There the
-// order of the dense call's additions and roundings cannot decide between a number and
-// infinity or zero.
+// Whether a magnitude the dense call computes on the way (a sum, a sum of squares) is 0
+// or between 4 * tiny and largest / 4.
+// See Note [ScalarTensor's exact answers] in docs/design.md.
 bool in_range(double x, double largest, double tiny) {
   x = std::fabs(x);
   return x == 0 || (4 * tiny <= x && x <= largest / 4);
@@ -426,10 +412,8 @@ PyObject* frobenius(Count n, const at::Tensor& pair) {
 }
 
 // Whether a nonzero finite number x (an int or a float) that an elementwise call passes
-// on goes to the function on the pair as it is: not where the result's floating dtype
-// holds it only as 0 or infinity (torch rounds it to the dtype on some paths and not on
-// others, so the dense call decides), nor where torch takes no such number (an int
-// beyond 64 bits). 1 or 0; -1 with an error set.
+// on goes to the function on the pair as it is: 1 or 0; -1 with an error set.
+// See Note [ScalarTensor's exact answers] in docs/design.md.
 int number_passes(PyObject* x, const at::Tensor& pair) {
   c10::Scalar scalar;
   double magnitude;
@@ -511,11 +495,9 @@ bool all_pass(PyObject* args, PyObject* kwargs, const at::Tensor& pair, bool fla
   return true;
 }
 
-// Whether the dense LAPACK routines (det, inverse) treat value * I exactly: one of their
-// dtypes, and a finite value that is 0 or normal (on subnormals they scale by an
-// overflowing reciprocal and return NaN). With `usable` (the eigenvalue, Cholesky, solve
-// routines), also a complex value whose modulus lies well inside the range (LAPACK's own
-// scaling decides near the limits).
+// Whether the dense LAPACK routines (det, inverse; with `usable`, also the eigenvalue,
+// Cholesky and solve routines) treat value * I exactly.
+// See Note [ScalarTensor's exact answers] in docs/design.md.
 bool lapack_safe(const at::Tensor& pair, bool usable) {
   const at::ScalarType dtype = pair.scalar_type();
   if (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kComplexFloat &&

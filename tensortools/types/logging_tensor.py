@@ -80,10 +80,8 @@ class LoggingTensor(TensorWrapper):
     def _fast_gates(cls) -> tuple:
         return _logger, _CAPTURES  # a listener, or a capture in this thread: Python
 
-    # Under torch.compile every call on a LoggingTensor runs eagerly and is logged as
-    # without it: the compiled function has no Python stand-in registered (dynamo breaks
-    # the graph at the call), and the Python path is never traced (a graph break inside it
-    # would make dynamo run parts of it twice).
+    # Under torch.compile: a graph break per call, run and logged eagerly.
+    # See Note [The compiled paths] in docs/design.md.
     __torch_function__ = classmethod(_C.wrapper_torch_function_eager)
 
     @classmethod

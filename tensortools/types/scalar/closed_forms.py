@@ -2,11 +2,11 @@
 var, std, var_mean, std_mean, logsumexp and the norms. A column (or row) of
 ``value * I_N`` holds one value and N - 1 zeros, the whole matrix N values and N² - N.
 
-Each first runs on the small matrix (as the other reductions do, see
-:mod:`~tensortools.types.scalar.reductions`) for the dense call's argument checks,
-dtype and shape; the numbers are then computed in float64 where the dense call's own sums
-cannot overflow or lose the value (see :func:`~tensortools.types.scalar.common.in_range`);
-elsewhere the dense call answers.
+Each first runs on the small matrix for the dense call's argument checks, dtype and
+shape; the numbers are then computed in float64 where the range rules allow, elsewhere
+the dense call answers.
+
+See Note [ScalarTensor's exact answers] in docs/design.md.
 """
 
 from __future__ import annotations

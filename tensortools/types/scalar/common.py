@@ -2,16 +2,11 @@
 things a handler computes on instead of the dense matrix, range checks, and the
 one-pass kernels.
 
-A ScalarTensor ``d`` stores its **pair** ``[value, 0]``: a diagonal and an off-diagonal
-entry of the dense matrix, in its dtype, on its device. Elementwise handlers apply the
-torch function itself to the **probe**, the pair repeated (:func:`probe`), so dtype
-promotion, rounding of Python numbers to the dtype and special values come out exactly
-as on the dense matrix, and both of torch's CPU loops (vector and scalar, which can
-differ) compute a copy of the pair; the result is structured when the two copies agree
-and the off-diagonal entry stays 0 (:func:`probed_result`). Reductions and
-linear algebra run the call on a **small matrix**, the dense ``value * I_k`` for k <= 2
-(:func:`small_matrix`), which checks the arguments and picks dtypes and shapes as the
-dense call would.
+Elementwise handlers run on the **probe**, d's pair ``[value, 0]`` repeated
+(:func:`probe`, :func:`probed_result`); reductions and linear algebra on a **small
+matrix**, the dense ``value * I_k`` for k <= 2 (:func:`small_matrix`).
+
+See Note [ScalarTensor's exact answers] in docs/design.md.
 
 Under torch.func, a tensor a handler meets may be one of its wrapped tensors (batched
 under vmap, tracking gradients under grad, jvp and jacrev, functional under
@@ -95,7 +90,9 @@ def pair_in(d: ScalarTensor, dtype: torch.dtype | None = None) -> Tensor:
 def probe(d: ScalarTensor) -> Tensor:
     """The tensor an elementwise function of d runs on in place of d's pair: the pair
     repeated, so that torch's vector loop computes its first copy and its scalar loop
-    its last (C's ``probe_of``, csrc/python/scalar_dispatch.cpp, which says why)."""
+    its last (C's ``probe_of``, csrc/python/scalar_dispatch.cpp).
+
+    See Note [ScalarTensor's exact answers] in docs/design.md."""
     return _C.scalar_probe(d._pair)
 
 
@@ -149,10 +146,8 @@ def finite(x: Any) -> bool:
 
 
 #: in_range(x, dtype): whether a magnitude the dense call computes on the way (a sum, a
-#: sum of squares) lies well inside dtype's normal range (0, or between 4 * tiny and
-#: max / 4 of its real dtype), so that the order of the dense call's additions and
-#: roundings cannot decide between a number and infinity or zero. The one definition is
-#: C's (csrc/python/scalar_dispatch.cpp), which the compiled path uses too.
+#: sum of squares) lies well inside dtype's range: C's rule (scalar_dispatch.cpp).
+#: See Note [ScalarTensor's exact answers] in docs/design.md.
 in_range: Callable[[float, torch.dtype], bool] = _C.scalar_in_range
 
 

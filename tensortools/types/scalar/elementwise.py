@@ -1,17 +1,16 @@
 """ScalarTensor's elementwise handlers, derived from one property instead of written one
 by one: an elementwise function f with f(0) = 0 maps ``value * I`` to ``f(value) * I``.
 
-Each function below is applied to the pair ``[value, 0]`` (a diagonal and an
-off-diagonal entry of the dense matrix), repeated into the probe that both of torch's CPU
-loops compute on (see :mod:`~tensortools.types.scalar.common`), with the call's own
-further arguments when they are numbers (or plain 0-d tensors, strings, None), or another
-ScalarTensor of the same size, whose probe goes alongside (d == e). The result has the
-dtype, rounding and special values of the dense call's; it is structured when the
-off-diagonal entry stays 0 (``cos``, ``exp``, ``clamp(d, min=1)``, ``d > -1`` do not:
-they take the dense path) and the two loops agree (``remainder(d, 1e-30)`` of a large
-value is NaN in one and a number in the other: the dense matrix's diagonal mixes them).
-So the table holds functions that are elementwise: that is the one property a function
-must have to be listed, and the probe checks the other on every call.
+Each function below is applied to the probe (the pair ``[value, 0]`` repeated), with the
+call's own further arguments when they are numbers (or plain 0-d tensors, strings,
+None), or another ScalarTensor of the same size, whose probe goes alongside (d == e). It
+is structured when the off-diagonal entry stays 0 (``cos``, ``exp``, ``clamp(d, min=1)``,
+``d > -1`` do not: they take the dense path) and torch's two CPU loops agree
+(``remainder(d, 1e-30)`` of a large value does not). So the table holds functions that
+are elementwise: that is the one property a function must have to be listed, and the
+probe checks the other on every call.
+
+See Note [ScalarTensor's exact answers] in docs/design.md.
 """
 
 from __future__ import annotations
@@ -71,12 +70,12 @@ ELEMENTWISE: tuple[Callable, ...] = tuple(
 
 def _passes_to_pair(x: Any, like: ScalarTensor) -> bool:
     """Whether x can go to the pair's call as it is: a number or plain 0-d tensor (see
-    plain_operand), a string, a dtype, device or memory format, or None. A finite
-    number that the call's floating dtype holds only as 0 or infinity is not: torch
-    rounds it to the dtype on some paths and not on others (pow(x, 5e-324) in float32 is
-    1 off the diagonal of a large tensor, 0 on a small one), so the dense call decides
-    (C's ``number_passes``, csrc/python/scalar_dispatch.cpp, shared with the compiled
-    path)."""
+    plain_operand), a string, a dtype, device or memory format, or None; not a finite
+    number that the call's floating dtype holds only as 0 or infinity (pow(x, 5e-324) in
+    float32 is 1 off the diagonal of a large tensor, 0 on a small one): C's
+    ``number_passes``.
+
+    See Note [ScalarTensor's exact answers] in docs/design.md."""
     if x is None or isinstance(x, (str, torch.dtype, torch.device, torch.memory_format)):
         return True
     if plain_operand(x, like) is None:

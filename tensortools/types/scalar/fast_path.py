@@ -9,6 +9,8 @@ handler (a subclass that registers its own takes the Python path for it).
 
 Adding a call to the fast path is one entry here and its case in ``fast()`` of
 scalar_dispatch.cpp, whose header names this list.
+
+See Note [The compiled paths] in docs/design.md.
 """
 
 from __future__ import annotations

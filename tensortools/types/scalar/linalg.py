@@ -35,10 +35,10 @@ __all__: list[str] = []
 
 
 def _lapack_safe(d: ScalarTensor) -> bool:
-    """Whether the dense LAPACK routines (det, inverse) treat value * I exactly: one of
-    their dtypes, and a finite value that is zero or normal. (On subnormals they scale by
-    an overflowing reciprocal and return NaN.) The rule is C's, shared with the compiled
-    path (csrc/python/scalar_dispatch.cpp, lapack_safe)."""
+    """Whether the dense LAPACK routines (det, inverse) treat value * I exactly: C's
+    ``lapack_safe``.
+
+    See Note [ScalarTensor's exact answers] in docs/design.md."""
     return _C.scalar_lapack_safe(d._pair, False)
 
 
@@ -110,9 +110,10 @@ def _inverse(input):
 
 
 def _usable(d: Any) -> bool:
-    """Whether the eigenvalue, Cholesky and solve routines treat d's matrix exactly: N > 0,
-    a value _lapack_safe accepts and, for a complex one, whose modulus lies well inside
-    the range (LAPACK's own scaling decides near the limits)."""
+    """Whether the eigenvalue, Cholesky and solve routines treat d's matrix exactly: N > 0
+    and C's ``lapack_safe`` with ``usable``.
+
+    See Note [ScalarTensor's exact answers] in docs/design.md."""
     return isinstance(d, ScalarTensor) and d.N > 0 and _C.scalar_lapack_safe(d._pair, True)
 
 

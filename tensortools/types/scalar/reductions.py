@@ -3,15 +3,13 @@ column (and row) of ``value * I_N`` holds one ``value`` and N - 1 zeros, the who
 N values and N² - N zeros.
 
 Each reduction first runs on the small matrix, the dense ``value * I_k`` for
-k = min(N, 2) (see :mod:`~tensortools.types.scalar.common`): that call checks the
-arguments, picks the dtype and the shape (dim, keepdim, dtype=) and raises the dense
-call's errors, exactly as the dense call would. For N <= 2 the small matrix is the matrix
-itself and its answer is the answer. For larger N, a reduction whose answer does not
-depend on how many zeros there are (amax, max, argmax, prod, all, ...; sum and
-count_nonzero along one dim) widens the small matrix's answer to N columns: column 1
-stands for every column from 1 on. Sums over the whole matrix are N times the 1x1 answer.
-The reductions computed by a closed form over the counts (mean, var, std, logsumexp,
-norms) are :mod:`~tensortools.types.scalar.closed_forms`.
+k = min(N, 2). For larger N, a reduction whose answer does not depend on how many zeros
+there are (amax, max, argmax, prod, all, ...; sum and count_nonzero along one dim) widens
+its answer to N columns; sums over the whole matrix are N times the 1x1 answer. The
+reductions computed by a closed form over the counts (mean, var, std, logsumexp, norms)
+are :mod:`~tensortools.types.scalar.closed_forms`.
+
+See Note [ScalarTensor's exact answers] in docs/design.md.
 """
 
 from __future__ import annotations
@@ -60,11 +58,8 @@ def _widen(t: Tensor, axis: int, n: int, index: bool) -> Tensor:
 
 def _whole_sum(input):
     """torch.sum(d) without further arguments: N * value, by C's ``whole_sum``
-    (csrc/python/scalar_dispatch.cpp, which the compiled path runs for the same call): in
-    int64 for bool and integers, wrapping around as the dense sum does; a float total
-    within a factor 4 of the dtype's largest number is left to the dense call (whether its
-    additions overflow depends on their order), one beyond is infinite, as the dense sum
-    is."""
+    (csrc/python/scalar_dispatch.cpp, which the compiled path runs for the same call, and
+    which says where it leaves the call to the dense sum)."""
     total = _C.scalar_whole_sum(input.N, input._pair)
     return NotImplemented if total is None else total
 

@@ -71,26 +71,16 @@ class ScalarTensor(TensorLike):
     """
 
     # -- __torch_function__: compiled for the most common calls, in Python for the rest --
-    # csrc/python/scalar_dispatch.cpp answers the calls fast_path lists (an elementwise
-    # function of one ScalarTensor alone or with numbers, the whole sum, the Frobenius
-    # norm, eigvals, eigvalsh and svdvals without arguments) as their Python handlers do,
-    # and hands every other call (and every case it leaves out) to
-    # _python_torch_function (the table's, with in_place's rules for calls that write),
-    # which defines the behaviour. It reads one record per class,
-    # _fast (a FastRecord); _fast_handlers (func -> (handler, code), filled by fast_path)
-    # says which handler object each code mirrors, and _on_table_change recomputes the
-    # record whenever the table changes.
+    # See Note [The compiled paths] in docs/design.md. _fast_handlers (func -> (handler,
+    # code), filled by fast_path) says which handler object each code mirrors.
     _fast: ClassVar[FastRecord] = FastRecord(None, {})
     _fast_handlers: ClassVar[dict] = {}
     _python_torch_function = TorchFunctionTable.__dict__["__torch_function__"]
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        # A Python frame around the compiled function (0.1 µs), so that torch.compile,
-        # which cannot trace C, reaches a call of it and traces the Python path instead
-        # (registered below the class). Under a torch.func transform, the Python path:
-        # the compiled one's tensors would be the transform's (see
-        # tensortools.types.scalar.common, which runs the handlers below it).
+        # A Python frame around the compiled function, and the Python path under a
+        # torch.func transform. See Note [The compiled paths] in docs/design.md.
         try:
             if _transforms_active():
                 return cls._python_torch_function(func, types, args, kwargs)
