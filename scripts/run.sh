@@ -114,6 +114,10 @@ ensure_deps() {
     # MONAI, the peer the MetadataTensor batch rows compare with (pure Python; with
     # --no-deps so that nothing can resolve another torch); its rows skip without it.
     PIP_EXTRA=--no-deps install_missing optional monai
+    # The other libraries' tensor types the testing kit runs on (tests/test_testing_peers.py),
+    # with what their imports need, alike.
+    PIP_EXTRA=--no-deps install_missing optional torch_geometric xxhash psutil \
+      tensordict cloudpickle pyvers torchvision
   fi
 }
 

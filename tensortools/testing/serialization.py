@@ -4,6 +4,7 @@ equal instance, and state crafted to run code when loaded is refused, never run.
 from __future__ import annotations
 
 import copy
+import inspect
 import io
 import pickle
 from typing import Any
@@ -101,11 +102,29 @@ def _state_differs(back: Any, x: Any, volatile: frozenset = frozenset()) -> str:
     aside, else which differ."""
     a, b = getattr(back, "__dict__", {}), getattr(x, "__dict__", {})
     for key in sorted((set(a) | set(b)) - volatile, key=str):
-        same = key in a and key in b and same_value(a[key], b[key], unknown=True)
-        if not same:
-            got, want = a.get(key, "(missing)"), b.get(key, "(missing)")
+        # (an attribute one instance lacks reads as its class's: torch_geometric's
+        # EdgeIndex declares `_T_indptr = None` on the class, and a result may hold it)
+        got, want = _attribute(back, a, key), _attribute(x, b, key)
+        missing = got is _MISSING or want is _MISSING
+        if missing or not same_value(got, want, unknown=True):
             return f"attribute {key!r} is {got!r} instead of {want!r}"
     return ""
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "'(missing)'"
+
+
+_MISSING = _Missing()
+
+
+def _attribute(x: Any, attributes: dict, key: str) -> Any:
+    """x's attribute `key`: its own, else its class's (as getattr reads it), else
+    _MISSING."""
+    if key in attributes:
+        return attributes[key]
+    return inspect.getattr_static(type(x), key, _MISSING)
 
 
 class _Crafted:
