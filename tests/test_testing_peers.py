@@ -25,7 +25,7 @@ from _support import peer_types
 
 from tensortools import testing
 
-EVERY_CHECK_BUT_COMPILE = [c for c in testing.CHECKS if c != "compile"]
+EVERY_CHECK_BUT_COMPILE = list(testing.DEFAULT_CHECKS)  # (compile and batches run when named)
 #: The default tier's runs: a few functions each, these checks, a few seconds per type.
 QUICK_CHECKS = ["values", "types", "layouts", "mutation", "aliases", "binding", "autograd"]
 
