@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map_only
 
-from tensortools.coverage.samples import op_db
+from tensortools._samples import op_db
 
 __all__ = [
     "INSTANCES",
