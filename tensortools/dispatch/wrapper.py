@@ -33,6 +33,7 @@ from tensortools.dispatch.results import (
     wrap_outputs,
 )
 from tensortools.dispatch.table import (
+    POLICY,
     TorchFunctionTable,
     is_python_operator,
     refusing_endless_recursion,
@@ -112,7 +113,7 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     def _on_table_change(cls) -> None:
         python = WrapperPath.PYTHON
         try:
-            kind = cls._fast_kind() if cls._global_policy == "fallback" else python
+            kind = cls._fast_kind() if POLICY.global_value(cls) == "fallback" else python
             carrier, rules = cls._fast_carrier(), cls._fast_batch_rules()
         except NameError:  # a base class of this package, during its own creation: its
             kind, carrier, rules = python, None, None  # module computes the record later
