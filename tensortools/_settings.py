@@ -1,11 +1,15 @@
 """The settings of tensortools' types: a process-wide value per class, and overrides that
 hold in one thread only.
 
-A setting's process-wide value is what ``set_*`` methods change: every thread sees it. The
-context managers (``using_policy``, ``tracking``, ``merge_policy``) override it in the
-calling thread only (each thread starts with no overrides). On exit they restore exactly
-what that thread saw before, whatever other threads did meanwhile, so overlapping blocks
-in two threads never leak into each other.
+Every setting has the same three words (docs/settings.md): ``cls.set_<name>(value)`` sets
+the process-wide value, which every thread sees, and returns the previous one;
+``with cls.using_<name>(value):`` overrides it in the calling thread only (each thread
+starts with no overrides), and on exit restores exactly what that thread saw before,
+whatever other threads did meanwhile, so overlapping blocks in two threads never leak into
+each other; ``cls.<name>`` reads the value in force for ``cls`` in the calling thread. A
+setting is a :class:`ClassSetting` declared in its class's body, and the class writes the
+three words as one-line members over it; code that reads a setting at call time reads it
+one way, :meth:`ClassSetting.value_for`.
 
 All overrides live in one per-thread store, :data:`OVERRIDES`, mapping ``(setting name,
 class)`` to the stack of blocks overriding it; ``None`` when there are none, which is the
@@ -21,14 +25,20 @@ The store is a ``threading.local``, which ``torch.compile`` reads and guards on:
 compiled function sees the overrides of the thread that calls it, and is compiled again
 when they differ from those it was compiled under. (Asyncio tasks of one thread share
 its overrides.)
+
+What a change of a process-wide value means to a class (the dispatch base recomputes the
+records its compiled paths read) is registered once per family of classes, with
+:func:`register_owner`: the callback to run and the lock to run it under.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+__all__ = ["OVERRIDES", "ClassSetting", "ThreadStore", "pop", "push", "register_owner"]
 
 
 class ThreadStore(threading.local):
@@ -93,21 +103,68 @@ def pop(var: ThreadStore, key: Any, marker: _Entry) -> None:
         marker.home["value"] = changed or None
 
 
-class ClassSetting:
-    """A setting of a class and its subclasses, read as a class attribute.
+class _Owner(NamedTuple):
+    on_change: Callable[[type], None]
+    lock: contextlib.AbstractContextManager
 
-    Declared in a class body (``policy = ClassSetting("fallback", storage="_global_policy")``,
-    the class attribute that holds the process-wide value, named at the declaration so that
-    a search for it finds where it comes from); ``cls.policy`` reads
-    the value that holds for ``cls`` in the calling thread: along ``cls.__mro__``, the
-    first class with a thread override or a process-wide value of its own. A subclass
-    declaring a plain value (``policy = "strict"``) gets it as its process-wide value (see
-    :meth:`adopt`).
+
+# class -> what a process-wide change of a setting of it or of a subclass means
+_OWNERS: dict[type, _Owner] = {}
+_NO_OWNER = _Owner(lambda cls: None, contextlib.nullcontext())
+
+
+def register_owner(
+    cls: type, *, on_change: Callable[[type], None], lock: contextlib.AbstractContextManager
+) -> None:
+    """Register what a change of a process-wide value means for ``cls`` and its subclasses:
+    :meth:`ClassSetting.set` makes it under ``lock`` (a reentrant lock that the class's
+    other changes, such as registering a handler, take too), then calls
+    ``on_change(the class whose value changed)``, still under the lock, so that the
+    record the callback recomputes follows the last change to land."""
+    _OWNERS[cls] = _Owner(on_change, lock)
+
+
+def _owner_of(cls: type) -> _Owner:
+    for klass in cls.__mro__:
+        owner = _OWNERS.get(klass)
+        if owner is not None:
+            return owner
+    return _NO_OWNER
+
+
+def _as_given(cls: type, value: Any) -> Any:
+    return value
+
+
+class ClassSetting:
+    """A setting of a class and its subclasses, declared in the class body::
+
+        policy = ClassSetting("fallback", storage="_global_policy", check=check_policy)
+
+    ``storage`` names the class attribute that holds the process-wide value (named at the
+    declaration, so that a search for it finds where it comes from); ``check(cls, value)``
+    returns the value to store (a bool for a switch, say) or raises ValueError or
+    TypeError naming the setting. The class then writes the vocabulary of every setting
+    as one-line members over this object (docs/settings.md)::
+
+        @classmethod
+        def set_policy(cls, policy): return _POLICY.set(cls, policy)
+
+        @classmethod
+        def using_policy(cls, policy): return _POLICY.override(cls, policy)
+
+    and ``cls.policy``, this descriptor, reads the value that holds for ``cls`` in the
+    calling thread: along ``cls.__mro__``, the first class with a thread override or a
+    process-wide value of its own. A subclass declaring a plain value (``policy =
+    "strict"``) gets it as its process-wide value (see :meth:`adopt`).
     """
 
-    def __init__(self, default: Any, *, storage: str) -> None:
+    def __init__(
+        self, default: Any, *, storage: str, check: Callable[[type, Any], Any] | None = None
+    ) -> None:
         self.default = default
         self.storage = storage  # the class attribute holding the process-wide value
+        self.check = check or _as_given
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -117,10 +174,10 @@ class ClassSetting:
         return self.value_for(type(obj) if cls is None else cls)
 
     def value_for(self, cls: type) -> Any:
-        """The value that holds for ``cls`` in the calling thread (what ``cls.<name>``
-        reads; code that torch.compile traces calls this, since dynamo cannot trace a
-        descriptor read on a class)."""
-        overrides = OVERRIDES.get()
+        """The value that holds for ``cls`` in the calling thread: the one way code reads
+        a setting at call time (what ``cls.<name>`` reads; code that torch.compile traces
+        calls this, since dynamo cannot trace a descriptor read on a class)."""
+        overrides = OVERRIDES.value
         if overrides is None:
             return getattr(cls, self.storage)
         for klass in cls.__mro__:
@@ -131,23 +188,30 @@ class ClassSetting:
                 return klass.__dict__[self.storage]
         return self.default
 
+    def global_value(self, cls: type) -> Any:
+        """The process-wide value for ``cls``, whatever the calling thread overrides (what
+        the records of the compiled paths are computed from)."""
+        return getattr(cls, self.storage)
+
     def set(self, cls: type, value: Any) -> Any:
         """Set the process-wide value for ``cls`` (and its subclasses without one of their
         own); returns the previous process-wide value."""
-        # (under the class's registry lock where it has one: the record of its settings
-        # that _on_settings_change recomputes then follows the last change to land)
-        with getattr(cls, "_registry_lock", None) or contextlib.nullcontext():
+        value = self.check(cls, value)
+        owner = _owner_of(cls)
+        with owner.lock:
             previous = getattr(cls, self.storage)
             setattr(cls, self.storage, value)
-            changed = getattr(cls, "_on_settings_change", None)
-            if changed is not None:  # (classes that keep a record of their settings)
-                changed()
+            owner.on_change(cls)
         return previous
 
+    def override(self, cls: type, value: Any) -> contextlib.AbstractContextManager:
+        """A context manager: within the block, and in the calling thread only, ``cls``
+        (and its subclasses without a value of their own) see ``value`` (checked now, not
+        on entering)."""
+        return self._block(cls, self.check(cls, value))
+
     @contextlib.contextmanager
-    def override(self, cls: type, value: Any) -> Iterator[None]:
-        """Within the block, and in the calling thread only, ``cls`` (and its subclasses
-        without a value of their own) see ``value``."""
+    def _block(self, cls: type, value: Any) -> Iterator[None]:
         marker = push(OVERRIDES, (self.name, cls), value)
         try:
             yield
@@ -156,10 +220,11 @@ class ClassSetting:
 
     def adopt(self, cls: type) -> Any:
         """Take a plain value that a class body assigned to this setting's name as that
-        class's process-wide value (and put the descriptor back in charge); returns it,
-        or the descriptor itself when the class assigned nothing."""
+        class's process-wide value, checked (and put the descriptor back in charge);
+        returns it, or the descriptor itself when the class assigned nothing."""
         value = cls.__dict__.get(self.name, self)
         if value is not self and not isinstance(value, ClassSetting):
+            value = self.check(cls, value)
             delattr(cls, self.name)
             setattr(cls, self.storage, value)
         return value

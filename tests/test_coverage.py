@@ -257,7 +257,7 @@ def test_registering_a_spec_changes_what_the_report_runs():
 
 def test_op_db_samples_are_generated_once_and_handed_out_as_copies():
     pytest.importorskip("expecttest", reason="op_db needs the expecttest package")
-    from tensortools.coverage import samples as module
+    from tensortools import _samples as module
 
     entries = {info.name: info for info in module.op_db()}
     infos = [entries[name] for name in ("add", "index_add", "t", "cat")]
@@ -304,7 +304,7 @@ def test_op_db_samples_are_generated_once_and_handed_out_as_copies():
 
 
 def test_a_sample_generator_that_raises_raises_on_every_call_without_running_again():
-    from tensortools.coverage import samples as module
+    from tensortools import _samples as module
 
     runs = []
 

@@ -506,8 +506,7 @@ def test_a_positional_argument_of_another_overload_goes_by_name():
         return handler
 
     cls, seen = _recording("Max", torch.max, max_)
-    cls.policy = "fallback"
-    cls._on_settings_change()
+    cls.set_policy("fallback")
     t = torch.arange(6.0).reshape(2, 3)
     x = t.as_subclass(cls)
     with pytest.raises(TypeError, match=_REFUSED):

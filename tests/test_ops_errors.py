@@ -327,3 +327,17 @@ def test_every_operator_and_operator_test_file_is_listed_here():
         if p.name != Path(__file__).name and "class TestSamples(" in p.read_text()
     }
     assert set(MODULES) == with_samples
+
+
+def test_an_operator_called_while_another_thread_imports_dtensor(monkeypatch):
+    """The DTensor check reads torch.distributed.tensor only where it is imported; while
+    another thread imports it, the module is listed without DTensor yet. The call is then
+    an ordinary one (it raised AttributeError from eight threads)."""
+    import sys
+    import types
+
+    x, y = torch.randn(3, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "torch.distributed.tensor", types.ModuleType("partial"))
+        got = ops.axpby(x, y, 2.0, 3.0)
+    torch.testing.assert_close(got, reference.axpby(x, y, 2.0, 3.0))

@@ -425,3 +425,111 @@ def test_a_capture_finalized_elsewhere_stops_collecting():
     for _ in range(100):
         x = x + 1
     assert len(logs) == 0
+
+
+# -- one vocabulary: every setting of every type is set, scoped and read the same way ----
+
+#: Two valid values of each setting (the default first) and one it refuses.
+VALUES = {
+    "policy": ("fallback", "strict", "lenient"),
+    "merge_policy": ("first", "union", "sometimes"),
+    "tracking": (True, False, None),
+}
+
+#: Settings declared under a private name, which do not take the vocabulary yet.
+PRIVATE = {("MetadataTensor", "_merge_policy"), ("MetadataTensor", "_tracking")}
+
+
+def settings_of(cls: type) -> dict[str, Any]:
+    """name -> ClassSetting, for every setting cls has (its own and its parents')."""
+    from tensortools._settings import ClassSetting
+
+    found = {}
+    for klass in reversed(cls.__mro__):
+        found.update({n: s for n, s in vars(klass).items() if isinstance(s, ClassSetting)})
+    return found
+
+
+SETTINGS = [
+    (cls, name)
+    for cls in (ScalarTensor, MetadataTensor, LoggingTensor, Strictable, StrictableChild)
+    for name in settings_of(cls)
+    if (cls.__name__, name) not in PRIVATE
+]
+
+
+def test_every_type_has_the_settings_it_documents():
+    assert {(c.__name__, n) for c, n in SETTINGS} >= {
+        (t, "policy") for t in ("ScalarTensor", "MetadataTensor", "LoggingTensor", "Strictable")
+    }
+    assert all(name in VALUES for _, name in SETTINGS)
+
+
+@pytest.mark.parametrize("cls,name", SETTINGS, ids=lambda x: getattr(x, "__name__", x))
+def test_every_setting_is_set_scoped_and_read_one_way(cls, name):
+    default, other, refused = VALUES[name]
+    setter, scope = getattr(cls, f"set_{name}"), getattr(cls, f"using_{name}")
+    assert getattr(cls, name) == default
+    with scope(other):
+        assert getattr(cls, name) == other
+        assert settings_of(cls)[name].value_for(cls) == other  # (the call-time read)
+    assert getattr(cls, name) == default
+    assert setter(other) == default
+    try:
+        assert getattr(cls, name) == other
+        with scope(default):
+            assert getattr(cls, name) == default
+        assert getattr(cls, name) == other
+    finally:
+        assert setter(default) == other
+    word = f"'{name.rsplit('_')[-1]}"  # (the error names the setting)
+    with pytest.raises((ValueError, TypeError), match=word):
+        scope(refused)  # (refused when given, before any block is entered)
+    with pytest.raises((ValueError, TypeError), match=word):
+        setter(refused)
+    assert getattr(cls, name) == default
+
+
+def test_a_change_reaches_the_class_through_its_registered_owner_only():
+    """tensortools._settings runs what a change means as registered (register_owner), not
+    by looking a method up by name."""
+    from tensortools._settings import ClassSetting, register_owner
+
+    calls = []
+    SETTING = ClassSetting(0, storage="_global_level")
+
+    class Unowned:
+        level = SETTING
+
+        @classmethod
+        def _on_settings_change(cls):  # (a name the settings never look up)
+            calls.append(("by name", cls))
+
+    class Owned(Unowned):
+        pass
+
+    assert SETTING.set(Unowned, 1) == 0 and Unowned.level == 1 and calls == []
+    lock = threading.RLock()
+    register_owner(Owned, on_change=lambda cls: calls.append((lock._is_owned(), cls)), lock=lock)
+    assert SETTING.set(Owned, 2) == 1 and Owned.level == 2 and Unowned.level == 1
+    assert calls == [(True, Owned)]  # (called under the owner's lock)
+
+
+def test_settings_are_read_through_the_setting_at_call_time():
+    """No module reads a setting's process-wide storage (``cls._global_<name>``) itself:
+    the setting reads it (value_for at call time, global_value for the records)."""
+    import ast
+    import pathlib
+
+    import tensortools
+
+    root = pathlib.Path(tensortools.__file__).parent
+    readers = {
+        f"{path.relative_to(root)}:{node.lineno}"
+        for path in sorted(root.rglob("*.py"))
+        if path.name != "_settings.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_global_")
+    }
+    # (MetadataTensor's record reads its two settings' storage directly, for now)
+    assert {r.split(":")[0] for r in readers} <= {"types/metadata/tensor.py"}, readers

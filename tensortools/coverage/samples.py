@@ -1,22 +1,27 @@
 """Running PyTorch's operator samples (op_db) through a type and judging the answers
-against the plain computation."""
+against the plain computation. (op_db, the comparison and the seeded call are shared with
+the testing kit: ``tensortools._samples``, re-exported here.)"""
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import re
-import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
-from torch import Tensor
-from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 
-from tensortools._optional import tool_import
-from tensortools.coverage.spec import spec_for
-from tensortools.dispatch import TensorLike
+from tensortools._samples import (
+    UNDEFINED_VALUES,
+    OpSample,
+    compare_results,
+    op_db,
+    op_db_samples,
+    plain_values,
+    seeded,
+    tensors_of,
+)
+from tensortools._spec import spec_for
 
 __all__ = [
     "SAMPLE_RESULTS",
@@ -79,147 +84,6 @@ def op_db_size(ops: Iterable[str] | None = None) -> int:
     return sum(info.name in wanted for info in op_db())
 
 
-def op_db() -> list:
-    """PyTorch's operator database, the samples it tests itself with: an ImportError that
-    says what to install where the expecttest package (which it imports) is missing."""
-    module = tool_import(
-        "torch.testing._internal.common_methods_invocations", "PyTorch's op_db (operator samples)"
-    )
-    return module.op_db
-
-
-class OpSample(NamedTuple):
-    """One op_db sample: the input, further arguments and keyword arguments."""
-
-    input: Any
-    args: tuple
-    kwargs: dict
-
-
-# (OpInfo name, variant, dtype) -> (the samples generated, whether the generator ran out;
-# or the exception generating them raised)
-_GENERATED: dict[tuple[str, str, torch.dtype], tuple[list[OpSample], bool] | Exception] = {}
-_GENERATED_LOCK = threading.Lock()
-
-
-def op_db_samples(info: Any, dtype: torch.dtype, n: int) -> list[OpSample]:
-    """The first `n` CPU samples of an OpInfo in `dtype`.
-
-    Generating op_db's samples costs more than running most of them, and several walks
-    over op_db (the checks of :func:`~tensortools.testing.check_type`, the coverage
-    report, a suite running both for several types) want the same ones: they are
-    generated once per process, from the CPU generator seeded with 0 (the same samples
-    whatever ran before; the generator's state is put back after), and each call gets
-    its own copies of their tensors (same values, sizes and strides), so a call that
-    changes one in place changes no other walk's. (A tensor whose elements overlap, as an
-    expanded one, is shared: torch refuses to write to it.) A generator that raises does
-    so again on every call, without running again."""
-    key = (info.name, info.variant_test_name, dtype)
-    with _GENERATED_LOCK:
-        kept = _GENERATED.get(key)
-    if kept is None or (isinstance(kept, tuple) and len(kept[0]) < n and not kept[1]):
-        state = torch.default_generator.get_state()
-        torch.default_generator.manual_seed(0)
-        try:
-            made = [
-                OpSample(s.input, tuple(s.args), dict(s.kwargs))
-                for s in itertools.islice(info.sample_inputs("cpu", dtype), n)
-            ]
-            kept = (made, len(made) < n)
-        except Exception as err:  # noqa: BLE001 - kept, and raised to each caller
-            kept = err
-        finally:
-            torch.default_generator.set_state(state)
-        with _GENERATED_LOCK:
-            _GENERATED[key] = kept
-    if isinstance(kept, Exception):
-        raise kept
-    return [_copied(s) for s in kept[0][:n]]
-
-
-def _copied(sample: OpSample) -> OpSample:
-    def one(t: Tensor) -> Tensor:
-        with torch._C.DisableTorchFunctionSubclass(), torch.no_grad():
-            if t.layout != torch.strided:
-                out = t.clone()
-            elif t.is_conj() or t.is_neg() or torch._debug_has_internal_overlap(t) != 0:
-                return t
-            else:
-                out = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
-                out.copy_(t)
-        return out.requires_grad_(t.requires_grad) if t.is_leaf else out
-
-    return OpSample(*tree_map_only(Tensor, one, tuple(sample), is_leaf=_is_size))
-
-
-def _is_size(x: Any) -> bool:
-    return isinstance(x, torch.Size)
-
-
-def plain_values(obj: Any) -> Any:
-    """obj with every tensor (any nesting) as a plain dense tensor of its values: a
-    tensor-like type's tensor(), a subclass as torch.Tensor, sparse layouts made dense."""
-
-    def plain(x: Any) -> Any:
-        if isinstance(x, TensorLike):
-            return x.tensor()
-        if isinstance(x, Tensor):
-            with torch._C.DisableTorchFunctionSubclass():
-                if x.layout != torch.strided:
-                    x = x.to_dense()
-                return x if type(x) is Tensor else x.as_subclass(Tensor)
-        return x
-
-    return tree_map(plain, obj, is_leaf=_is_size)
-
-
-def _tensors(obj: Any) -> list:
-    return [x for x in tree_leaves(obj, is_leaf=_is_size) if isinstance(x, (Tensor, TensorLike))]
-
-
-def compare_results(got: Any, want: Any, exact: bool) -> str:
-    """'' if got (plain form) equals want, else the reason."""
-    got_t, want_t = _tensors(got), _tensors(want)
-    if len(got_t) != len(want_t):
-        return f"{len(got_t)} tensors returned instead of {len(want_t)}"
-    if not want_t:
-        try:
-            same = bool(got == want)
-        except Exception:  # e.g. comparing tensors inside containers
-            same = False
-        return "" if same or repr(got) == repr(want) else f"returned {got!r} instead of {want!r}"
-    for g, w in zip(plain_values(got_t), plain_values(want_t)):
-        if g.dtype != w.dtype or g.shape != w.shape:
-            return f"dtype/shape {g.dtype} {tuple(g.shape)} instead of {w.dtype} {tuple(w.shape)}"
-        try:
-            if exact:
-                torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
-            else:
-                torch.testing.assert_close(g, w, equal_nan=True)
-        except AssertionError as err:
-            return "values differ: " + str(err).splitlines()[0]
-    return ""
-
-
-#: Functions whose results hold uninitialised memory: only dtype and shape can agree.
-UNDEFINED_VALUES = {
-    "empty",
-    "empty_like",
-    "empty_strided",
-    "empty_permuted",
-    "new_empty",
-    "new_empty_strided",
-}
-
-
-def seeded(call: Callable[[], Any]) -> Any:
-    """call(), with the CPU generator seeded first (random samples give one answer)."""
-    # (the CPU generator alone: the samples are CPU samples, and torch.manual_seed also
-    # records a stack trace per call for accelerators it seeds lazily)
-    torch.default_generator.manual_seed(0)
-    return call()
-
-
 # CPython's words when a method of torch.Tensor is called unbound on what is not a tensor.
 _UNBOUND = re.compile(r"descriptor '(\w+)' for '[\w.]+' objects doesn't apply to a '(\w+)'")
 
@@ -266,9 +130,9 @@ def check_sample(
             plain_values(g).copy_(w)
             if (plain_values(g).shape, plain_values(g).dtype) == (w.shape, w.dtype)
             else g
-            for g, w in zip(_tensors(got), _tensors(want))
+            for g, w in zip(tensors_of(got), tensors_of(want))
         ]
-        want = _tensors(want)
+        want = tensors_of(want)
     try:
         reason = compare_results(got, want, exact=spec.exact)
     except Exception as err:

@@ -22,10 +22,12 @@ decides).
 Functions without a handler follow the class's policy: ``"fallback"`` runs the torch
 function on plain tensors (and wrapper types re-wrap the results); ``"strict"`` returns
 ``NotImplemented``, so that torch raises a ``TypeError`` naming the function and the
-types once every type involved has declined. ``set_policy`` sets it for every thread;
-``using_policy`` for the block, in the current thread only. When several types override a call,
-torch's own rules apply: subclasses before superclasses, otherwise left to right, and the
-first result that is not ``NotImplemented`` wins.
+types once every type involved has declined. The policy is a setting, set, scoped and read
+as every setting is (docs/settings.md): ``cls.set_policy(p)`` for every thread,
+``with cls.using_policy(p):`` for the block in the current thread only, ``cls.policy``
+the policy in force. When several types override a call, torch's own rules apply:
+subclasses before superclasses, otherwise left to right, and the first result that is not
+``NotImplemented`` wins.
 """
 
 from tensortools.dispatch.table import POLICIES, TorchFunctionTable, aliases_of

@@ -12,10 +12,10 @@ import torch
 from torch import Tensor
 from torch.overrides import _is_torch_function_mode_enabled
 
-from tensortools._settings import OVERRIDES, ClassSetting
+from tensortools._settings import ClassSetting, register_owner
 from tensortools.dispatch.binding import HandlerShape, bind, plain_up_to, torch_positions
 
-__all__ = ["POLICIES", "TorchFunctionTable", "aliases_of", "strict_refusal"]
+__all__ = ["POLICIES", "POLICY", "TorchFunctionTable", "aliases_of", "strict_refusal"]
 
 #: The policies a class may follow for calls without a handler.
 POLICIES = ("fallback", "strict")
@@ -105,18 +105,27 @@ def _swap_operands(handler: Callable) -> Callable:
     return reflected
 
 
-_POLICY = ClassSetting("fallback", storage="_global_policy")
+def _check_policy(cls: type, policy: Any) -> str:
+    if policy not in POLICIES:
+        raise ValueError(f"{cls.__name__}: 'policy' must be one of {POLICIES}, got {policy!r}")
+    return policy
+
+
+#: The policy of every class of the table, for calls without a handler: code that reads
+#: it at call time calls ``POLICY.value_for(cls)`` (``cls.policy`` is this descriptor).
+POLICY = ClassSetting("fallback", storage="_global_policy", check=_check_policy)
 
 
 class TorchFunctionTable:
     """Base for a type whose ``__torch_function__`` looks calls up in a per-class table.
 
     Subclasses implement :meth:`fallback`, which runs a call that no handler answered.
-    ``cls.policy`` is the policy in force for ``cls`` in the current thread; a class body
-    may set its own (``policy = "strict"``).
+    The policy for calls without a handler is a setting (docs/settings.md):
+    :meth:`set_policy`, :meth:`using_policy`, and ``cls.policy``, the policy in force for
+    ``cls`` in the current thread; a class body may set its own (``policy = "strict"``).
     """
 
-    policy: ClassVar[str] = _POLICY
+    policy: ClassVar[str] = POLICY
     # Handlers registered on this very class, and the merged view (own over inherited)
     # that __torch_function__ reads; the view is rebuilt on every registration.
     _own_handlers: ClassVar[dict[Callable, Callable]] = {}
@@ -133,9 +142,7 @@ class TorchFunctionTable:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        declared = _POLICY.adopt(cls)
-        if declared is not _POLICY:
-            _check_policy(cls, declared)
+        POLICY.adopt(cls)
         with cls._registry_lock:  # a parent may be registering in another thread
             cls._own_handlers = {}
             cls._own_forms = {}
@@ -216,17 +223,15 @@ class TorchFunctionTable:
 
     @classmethod
     def set_policy(cls, policy: str) -> str:
-        """Set the policy for functions without a handler, for every thread; returns the
-        previous one."""
-        _check_policy(cls, policy)
-        return _POLICY.set(cls, policy)
+        """Set the policy for functions without a handler (one of :data:`POLICIES`), for
+        every thread; returns the previous one."""
+        return POLICY.set(cls, policy)
 
     @classmethod
     def using_policy(cls, policy: str) -> contextlib.AbstractContextManager:
         """Context manager: ``cls`` follows ``policy`` inside the block, in the current
         thread only; on exit the thread sees the policy it saw before."""
-        _check_policy(cls, policy)
-        return _POLICY.override(cls, policy)
+        return POLICY.override(cls, policy)
 
     @classmethod
     def fallback(cls, func: Callable, types: tuple, args: tuple, kwargs: dict) -> Any:
@@ -242,7 +247,8 @@ class TorchFunctionTable:
         """Whether calls without a handler end in a TypeError: the policy is strict, or
         the class keeps the default (refusing) fallback."""
         return (
-            cls.policy == "strict" or cls.fallback.__func__ is TorchFunctionTable.fallback.__func__
+            POLICY.value_for(cls) == "strict"
+            or cls.fallback.__func__ is TorchFunctionTable.fallback.__func__
         )
 
     #: Whether the type observes the calls it takes part in (records them, as LoggingTensor
@@ -277,11 +283,19 @@ class TorchFunctionTable:
                 result = handler(*bound[0], **bound[1])
                 if result is not NotImplemented:
                     return result
-        # (cls.policy, read without the descriptor's call when no thread overrides it)
-        policy = cls._global_policy if OVERRIDES.get() is None else _POLICY.value_for(cls)
-        if policy == "strict":
+        if POLICY.value_for(cls) == "strict":
             return NotImplemented
         return cls.fallback(func, types, args, kwargs)
+
+
+# A process-wide change of a setting of a class of the table (its policy, or a setting of a
+# type's own) recomputes the records of the class and its subclasses, under the lock that
+# registering a handler takes.
+register_owner(
+    TorchFunctionTable,
+    on_change=lambda cls: cls._on_settings_change(),
+    lock=TorchFunctionTable._registry_lock,
+)
 
 
 _SHAPES: dict[Callable, HandlerShape | None] = {}
@@ -306,11 +320,6 @@ def strict_refusal(cls: type, func: Callable) -> TypeError:
         f"never runs the fallback); to run it, use `with {cls.__name__}.using_policy("
         f"'fallback'):` around the call, or {cls.__name__}.set_policy('fallback')"
     )
-
-
-def _check_policy(cls: type, policy: Any) -> None:
-    if policy not in POLICIES:
-        raise ValueError(f"{cls.__name__}: 'policy' must be one of {POLICIES}, got {policy!r}")
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from torch.overrides import (
 )
 
 from tensortools.dispatch.table import (
+    POLICY,
     TorchFunctionTable,
     refusing_endless_recursion,
     strict_refusal,
@@ -122,7 +123,8 @@ def _call_method(method: Callable, self: TensorLike, *args: Any, **kwargs: Any) 
     # refusal message cannot name a method descriptor, so it is written here.)
     result = cls.__torch_function__(method, (cls,), (self, *args), kwargs)
     if result is NotImplemented:
-        if cls.policy == "strict":
+        policy = POLICY.value_for(cls)
+        if policy == "strict":
             raise strict_refusal(cls, method)
         name = (
             torch.overrides.resolve_name(method)
@@ -130,7 +132,7 @@ def _call_method(method: Callable, self: TensorLike, *args: Any, **kwargs: Any) 
         )
         raise TypeError(
             f"no implementation found for '{name}' on types that implement "
-            f"__torch_function__: [{cls.__name__}] (policy {cls.policy!r})"
+            f"__torch_function__: [{cls.__name__}] (policy {policy!r})"
         )
     return result
 

@@ -1,32 +1,50 @@
 """TensorWrapper: a ``torch.Tensor`` subclass whose results stay of its type, with a
 fallback that runs calls on plain tensors and wraps what they return, and saving and
-loading of its instances' attributes."""
+loading of its instances' attributes.
+
+The class and its registration with torch.compile are here; the walk of a call's
+arguments and the wrap of its results in ``results``, what the compiled path
+(csrc/python/wrapper_dispatch.cpp) reads and calls back in ``compiled_path``."""
 
 from __future__ import annotations
 
 import copy
-import enum
 import pickle
-import weakref
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 from torch.overrides import _is_torch_function_mode_enabled
-from torch.utils._pytree import SUPPORTED_NODES, tree_leaves, tree_map_only
 
 from tensortools._compiler import when_dynamo_loads
 from tensortools._native import C as _C
-from tensortools._settings import OVERRIDES
-from tensortools.dispatch.in_place import written_arguments
+from tensortools.dispatch.compiled_path import (
+    WrapperPath,
+    WrapperRecord,
+    keeps_hooks,
+)
+from tensortools.dispatch.results import (
+    FRESH_RESULTS,
+    INSTANCE_WRAPS,
+    NO_WRAP,
+    argument_tensors,
+    plain_aliases,
+    wrap_outputs,
+)
 from tensortools.dispatch.table import (
+    POLICY,
     TorchFunctionTable,
     is_python_operator,
     refusing_endless_recursion,
 )
 
+# (the records of the compiled path and the walk of arguments and results are in
+# compiled_path and results; they are exported here too, where the types have always
+# imported them)
 __all__ = [
+    "FRESH_RESULTS",
+    "INSTANCE_WRAPS",
     "NO_WRAP",
     "TensorWrapper",
     "WrapperPath",
@@ -35,44 +53,6 @@ __all__ = [
     "keeps_hooks",
     "wrap_outputs",
 ]
-
-#: The paths csrc/python/wrapper_dispatch.cpp takes for a class's common call, by the
-#: values that file defines (exported from it: one definition): PYTHON (the Python path),
-#: WRAP (results wrapped as the class), WRAP_METADATA (each result with a copy of the first
-#: metadata-carrying argument's metadata), PLAIN (the plain call alone).
-WrapperPath = enum.IntEnum("WrapperPath", _C.wrapper_path_kinds)
-
-
-class WrapperRecord(NamedTuple):
-    """What the compiled path reads from a wrapper class (``cls._fast``)."""
-
-    #: the WrapperPath of the class's common call (as an int)
-    kind: int
-    #: the class's handler table: a call with a handler takes the Python path
-    handlers: dict
-    #: a logging.Logger, or None: while it is enabled for INFO, the Python path
-    logger: Any
-    #: a per-thread store, or None: while its value is set in the thread, the Python path
-    captures: Any
-    #: for WRAP_METADATA, the class whose instances carry metadata; else None
-    carrier: type | None
-    #: for WRAP_METADATA, the functions whose calls with a batch among the arguments may
-    #: stay on the compiled path (a dict; every other such call takes the Python path), or
-    #: None
-    batch_rules: dict | None = None
-
-
-# The class methods whose behaviour the compiled path stands in for.
-_HOOKS = ("context", "wrap", "fallback", "call_plain", "_python_torch_function")
-
-
-def keeps_hooks(cls: type, base: type) -> bool:
-    """Whether cls has base's hooks: none replaced below base (also not by a static method
-    or a plain function). The compiled path knows the hooks of the classes that define
-    _fast_kind, and only those."""
-    return all(
-        getattr(getattr(cls, n), "__func__", None) is getattr(base, n).__func__ for n in _HOOKS
-    )
 
 
 def _is_foreign(cls: type, t: type) -> bool:
@@ -133,7 +113,7 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     def _on_table_change(cls) -> None:
         python = WrapperPath.PYTHON
         try:
-            kind = cls._fast_kind() if cls._global_policy == "fallback" else python
+            kind = cls._fast_kind() if POLICY.global_value(cls) == "fallback" else python
             carrier, rules = cls._fast_carrier(), cls._fast_batch_rules()
         except NameError:  # a base class of this package, during its own creation: its
             kind, carrier, rules = python, None, None  # module computes the record later
@@ -278,7 +258,7 @@ class TensorWrapper(TorchFunctionTable, Tensor):
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs), {}
         originals: dict[int, Tensor] = {}
-        args, kwargs = _unwrap(cls, args, originals), _unwrap(cls, kwargs, originals)
+        args, kwargs = plain_aliases(cls, args, originals), plain_aliases(cls, kwargs, originals)
         return func(*args, **kwargs), originals
 
     @classmethod
@@ -296,169 +276,9 @@ class TensorWrapper(TorchFunctionTable, Tensor):
         return wrap_outputs(cls, result, context, originals, (func, args, kwargs, tensors))
 
 
-#: Results left as they are: torch's own list (property getters such as .grad) and the
-#: pickling protocol, whose result describes the tensor rather than being one.
-NO_WRAP = torch.overrides.get_default_nowrap_functions() | {Tensor.__reduce_ex__}
-
-
-def _unwrap(cls: type, obj: Any, originals: dict[int, Tensor]) -> Any:
-    """obj (any nesting) with cls's instances as plain aliases, noted in originals."""
-
-    def plain(t: Tensor) -> Tensor:
-        with torch._C.DisableTorchFunctionSubclass():
-            alias = t.as_subclass(Tensor)
-        originals[id(alias)] = t
-        return alias
-
-    return tree_map_only(cls, plain, obj, is_leaf=_is_size)
-
-
-#: Argument types that hold no tensor and are no container: a call whose arguments are
-#: tensors and these alone (most calls) needs no walk by torch.utils._pytree.
-_FLAT = frozenset(
-    {int, float, bool, complex, str, type(None), type(Ellipsis), slice, torch.dtype}
-    | {torch.device, torch.layout, torch.memory_format}
-)
-
-
-def argument_tensors(args: tuple, kwargs: dict | None) -> list[Tensor]:
-    """The tensors among a call's arguments, in order: also inside lists, tuples and the
-    other containers torch.utils._pytree takes apart, but not inside dicts other than
-    the keyword arguments themselves (the compiled path walks the same way)."""
-    found = []
-    for a in (*args, *kwargs.values()) if kwargs else args:
-        if issubclass(type(a), Tensor):
-            found.append(a)
-        elif type(a) not in _FLAT:
-            return _walked_tensors(args, kwargs)
-    return found
-
-
-def _walked_tensors(args: tuple, kwargs: dict | None) -> list[Tensor]:
-    leaves = tree_leaves(
-        (args, kwargs or {}), is_leaf=lambda x: isinstance(x, dict) and x is not kwargs
-    )
-    return [t for t in leaves if issubclass(type(t), Tensor)]
-
-
-#: wrap hooks that make their instance with ``cls._instance`` (MetadataTensor adds its own).
-INSTANCE_WRAPS: set = {TensorWrapper.wrap.__func__}
-
-
-#: Functions whose results that are not their arguments are new tensors nobody else holds
-#: (tensortools.ops adds its operators when imported): a wrapper type's new plain result
-#: of one of them may change class in place rather than become an alias.
-FRESH_RESULTS: set = set()
-
-
-def _adopts_results(cls: type, func: Callable) -> bool:
-    """Whether a new plain result of func may change class in place rather than become an
-    alias: func is in FRESH_RESULTS, cls's wrap makes its instance with
-    ``_instance``, cls has no __torch_dispatch__ (whose dispatch key only as_subclass
-    sets), and the call runs eagerly (torch.compile traces the alias)."""
-    return (
-        # (is_compiling first: under torch.compile the rest is never traced)
-        not torch.compiler.is_compiling()
-        and func in FRESH_RESULTS
-        and getattr(cls.wrap, "__func__", None) in INSTANCE_WRAPS
-        and cls.__torch_dispatch__ is torch._C._disabled_torch_dispatch_impl
-    )
-
-
-def _adopt(cls: type, t: Tensor) -> None:
-    """t, a new plain result, changed to class cls in place, as the compiled path does for
-    a single result: a result with attributes or weak references keeps its class (and
-    gets an alias)."""
-    if type(t) is Tensor and not weakref.getweakrefcount(t) and not t.__dict__:
-        try:
-            t.__class__ = cls
-        except TypeError:  # a layout the class cannot take: an alias it is
-            pass
-
-
-def wrap_outputs(
-    cls: type,
-    out: Any,
-    context: Any,
-    originals: dict[int, Tensor],
-    call: tuple | None = None,
-) -> Any:
-    """Every tensor in out (any nesting) as an instance of cls, made by cls.wrap with
-    context; but an argument the call wrote and returned (in place, ``out=``; see
-    written_arguments) is returned as it is, of its own class, and a plain alias that
-    stood for an instance in the call (originals: id(alias) -> instance) is that
-    instance. call: (func, args, kwargs, the argument tensors), or None."""
-    written: list | None = None
-    adopt = call is not None and _adopts_results(cls, call[0])
-
-    def wrap(t: Tensor) -> Tensor:
-        nonlocal written
-        if id(t) in originals:  # a plain alias standing for one of our instances
-            return originals[id(t)]
-        if isinstance(t, cls) or (type(t) is not Tensor and not cls.wrap_foreign):
-            return t
-        # (by identity: torch.compile traces `is`, not id(); the written arguments only
-        # for a result that is an argument at all). The argument is returned, not t: under
-        # torch.compile `is` compares the tensors' traced values, and the result of an
-        # in-place call run with subclass dispatch off is traced as a plain Tensor that
-        # `is` the argument it wrote, so returning t would hand back that plain Tensor.
-        if call is not None and any(t is a for a in call[3]):
-            if written is None:
-                written = written_arguments(call[0], call[1], call[2])
-            for w in written:
-                if t is w:
-                    return w
-        if adopt:
-            _adopt(cls, t)
-        try:
-            with torch._C.DisableTorchFunctionSubclass():
-                return cls.wrap(t, context)
-        except (RuntimeError, NotImplementedError) as err:
-            if t.layout != torch.strided:  # sparse results and the like: a refusal
-                raise TypeError(
-                    f"{cls.__name__} cannot hold a result of layout {t.layout}: {err}"
-                ) from err
-            # the type's own wrap failed on an ordinary tensor: say so, and whose call
-            # (a RuntimeError still: a TypeError from an operator would become Python's
-            # "unsupported operand type(s)" and hide it)
-            of = f" of {getattr(call[0], '__name__', call[0])}" if call is not None else ""
-            raise RuntimeError(
-                f"{cls.__name__}.wrap raised {type(err).__name__} on the result{of} "
-                f"(shape {list(t.shape)}, {t.dtype}): {err}"
-            ) from err
-
-    if issubclass(type(out), Tensor):
-        return wrap(out)  # (one tensor: the common result, with no walk)
-    return tree_map_only(Tensor, wrap, out, is_leaf=_is_size)
-
-
-def _is_size(x: Any) -> bool:
-    # torch.Size is a node of torch's pytree that comes back a plain tuple: keep it whole.
-    return type(x) is torch.Size
-
-
 _wrapper_torch_function = _C.wrapper_torch_function
 
-
-#: Result types with no tensor in them: returned as they are, unwalked.
-_NOT_TENSORS = frozenset({int, float, bool, complex, str, torch.Size, torch.dtype, torch.device})
-
-
-def _wrap_result(
-    cls: type, func: Callable, result: Any, context: Any, args: tuple, kwargs: dict | None
-) -> Any:
-    # (the compiled path's results other than one new plain strided tensor; for a batch's
-    # call, with no context: the class's own, as the Python path makes it)
-    if result is None or type(result) in _NOT_TENSORS:
-        return result  # (t.dim(), t.shape, t.dtype: nothing to wrap, nothing to walk)
-    args, kwargs = args or (), kwargs or {}
-    if context is None and cls._fast.kind == WrapperPath.WRAP_METADATA:
-        context = cls.context(func, args, kwargs)
-    call = (func, args, kwargs, argument_tensors(args, kwargs))
-    return wrap_outputs(cls, result, context, {}, call)
-
-
-_C.wrapper_dispatch_setup(Tensor, frozenset(NO_WRAP), _wrap_result, OVERRIDES, SUPPORTED_NODES)
+INSTANCE_WRAPS.add(TensorWrapper.wrap.__func__)
 TensorWrapper._on_settings_change()
 
 

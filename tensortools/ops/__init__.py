@@ -13,7 +13,7 @@ Python types of the arguments, and layouts that no kernel is registered for.
 import importlib
 
 import tensortools._native  # noqa: F401  (registers torch.ops.tensortools)
-from tensortools.dispatch.wrapper import FRESH_RESULTS
+from tensortools.dispatch.results import FRESH_RESULTS
 
 #: The operator modules, one per operator family: each exports its entry points in its
 #: __all__, and they become tensortools.ops.<name> (adding an operator adds its module

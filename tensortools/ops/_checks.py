@@ -12,8 +12,10 @@ from torch.overrides import has_torch_function
 
 def _is_dtensor(arg: Tensor) -> bool:
     # No DTensor exists before torch.distributed.tensor is imported: no import cost here.
-    module = sys.modules.get("torch.distributed.tensor")
-    return module is not None and isinstance(arg, module.DTensor)
+    # (While another thread imports it, the module is listed before DTensor is defined in
+    # it: no argument can be one yet.)
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+    return dtensor is not None and isinstance(arg, dtensor)
 
 
 def overridden(args: tuple) -> bool:

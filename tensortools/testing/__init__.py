@@ -23,7 +23,7 @@ from torch import Tensor
 
 from tensortools._optional import tool_import
 from tensortools._progress import Progress
-from tensortools.coverage.spec import CoverageSpec, spec_for
+from tensortools._spec import CoverageSpec, spec_for
 from tensortools.testing.aliases import check_aliases
 from tensortools.testing.autograd import check_autograd
 from tensortools.testing.batches import check_batches

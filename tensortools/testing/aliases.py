@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from tensortools.coverage.samples import UNDEFINED_VALUES, compare_results, seeded
+from tensortools._samples import UNDEFINED_VALUES, compare_results, seeded
 from tensortools.testing.run import Run, method_of
 from tensortools.testing.samples import Sample
 

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from tensortools.coverage.samples import compare_results, seeded
+from tensortools._samples import compare_results, seeded
 from tensortools.testing.report import Unsupported
 from tensortools.testing.run import Run, result_tensors
 from tensortools.testing.samples import Sample, generated

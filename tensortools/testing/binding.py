@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves
 
-from tensortools.coverage.samples import UNDEFINED_VALUES, compare_results, seeded
+from tensortools._samples import UNDEFINED_VALUES, compare_results, seeded
 from tensortools.dispatch.binding import torch_positions
 from tensortools.testing.run import Run, method_of
 from tensortools.testing.samples import Sample

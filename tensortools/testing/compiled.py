@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-from tensortools.coverage.samples import UNDEFINED_VALUES, compare_results, seeded
+from tensortools._samples import UNDEFINED_VALUES, compare_results, seeded
 from tensortools.testing.report import Failure
 from tensortools.testing.run import Run, method_of, result_tensors
 from tensortools.testing.samples import Sample

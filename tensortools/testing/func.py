@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tensortools.coverage.samples import UNDEFINED_VALUES, compare_results, seeded
+from tensortools._samples import UNDEFINED_VALUES, compare_results, seeded
 from tensortools.testing.report import Unsupported
 from tensortools.testing.run import Run, first_instance, result_tensors
 from tensortools.testing.samples import Sample

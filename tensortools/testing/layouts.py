@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_map
 
-from tensortools.coverage.samples import UNDEFINED_VALUES, compare_results, plain_values, seeded
+from tensortools._samples import UNDEFINED_VALUES, compare_results, plain_values, seeded
 from tensortools.testing.run import Run, is_size
 from tensortools.testing.samples import Sample
 

@@ -14,7 +14,7 @@ from torch import Tensor
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_leaves
 
-from tensortools.coverage.samples import seeded
+from tensortools._samples import seeded
 from tensortools.testing.run import Run
 from tensortools.testing.samples import Sample
 

@@ -28,7 +28,7 @@ from torch.testing import make_tensor
 from torch.utils._pytree import tree_flatten, tree_map_only, tree_unflatten
 
 from tensortools._optional import tool_import
-from tensortools.coverage.samples import compare_results, seeded
+from tensortools._samples import compare_results, seeded
 from tensortools.dispatch import TensorLike
 from tensortools.testing.run import Run, is_size, result_tensors
 

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_leaves
 
-from tensortools.coverage.samples import seeded
+from tensortools._samples import seeded
 from tensortools.testing.run import Run, same_value
 from tensortools.testing.samples import Sample
 

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_map_only
 
-from tensortools.coverage.samples import UNDEFINED_VALUES, compare_results, seeded
+from tensortools._samples import UNDEFINED_VALUES, compare_results, seeded
 from tensortools.testing.run import Run, is_size
 from tensortools.testing.samples import Sample, op_samples, tensor_leaves
 

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 
-from tensortools.coverage.samples import plain_values
+from tensortools._samples import plain_values
 from tensortools.testing.report import Failure, Unsupported
 from tensortools.testing.samples import Sample, tensor_leaves
 

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map_only
 
-from tensortools.coverage.samples import OpSample, op_db, op_db_samples
+from tensortools._samples import OpSample, op_db, op_db_samples
 
 __all__ = [
     "INSTANCES",

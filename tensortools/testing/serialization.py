@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from tensortools.coverage.samples import compare_results
+from tensortools._samples import compare_results
 from tensortools.testing.run import Run, first_instance, same_value
 from tensortools.testing.samples import Sample
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from tensortools.coverage.samples import compare_results, seeded
+from tensortools._samples import compare_results, seeded
 from tensortools.testing.report import Failure
 from tensortools.testing.run import Run
 from tensortools.testing.samples import Sample

@@ -8,7 +8,7 @@ from typing import Any
 
 from torch import Tensor
 
-from tensortools.coverage.samples import UNDEFINED_VALUES, compare_results, seeded
+from tensortools._samples import UNDEFINED_VALUES, compare_results, seeded
 from tensortools.testing.mutation import watch
 from tensortools.testing.run import Run, first_instance, method_of, result_tensors
 from tensortools.testing.samples import Sample

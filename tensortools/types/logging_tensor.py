@@ -13,10 +13,10 @@ import torch
 import torch._guards  # (TracingContext: whether torch.compile is tracing)
 from torch import Tensor
 
+from tensortools import _spec as coverage_spec
 from tensortools._compiler import when_dynamo_loads
 from tensortools._native import C as _C
 from tensortools._settings import ThreadStore, pop, push
-from tensortools.coverage import spec as coverage_spec
 from tensortools.dispatch import TensorMethod, TensorWrapper
 from tensortools.dispatch.wrapper import WrapperPath, keeps_hooks
 

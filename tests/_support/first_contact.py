@@ -43,6 +43,9 @@ import tensortools
 
 added = sorted(compiler_modules() - before)
 assert not added, f"import tensortools loaded {added}"
+# The types register their coverage hooks without importing the tools (tests/test_layers.py)
+tools = sorted(m for m in sys.modules if m.split(".")[:2][-1] in ("testing", "coverage", "bench"))
+assert not [m for m in tools if m.startswith("tensortools.")], f"import tensortools loaded {tools}"
 assert collate.default_collate_fn_map[torch.Tensor] is torch_collate, "collate changed"
 assert collate.default_collate_fn_map[torch.Tensor] is collate.collate_tensor_fn
 

@@ -32,7 +32,8 @@ from tensortools import LoggingTensor, MetadataTensor, ScalarTensor
 from tensortools._native import C
 from tensortools._settings import OVERRIDES
 from tensortools.dispatch import TensorWrapper
-from tensortools.dispatch.wrapper import NO_WRAP, _wrap_result
+from tensortools.dispatch.compiled_path import wrap_result
+from tensortools.dispatch.results import NO_WRAP
 
 ENTRIES = {
     "wrapper": C.wrapper_torch_function,
@@ -268,7 +269,7 @@ def bare(values):
 
 def resetup():
     C.wrapper_dispatch_setup(
-        torch.Tensor, frozenset(NO_WRAP), _wrap_result, OVERRIDES, SUPPORTED_NODES
+        torch.Tensor, frozenset(NO_WRAP), wrap_result, OVERRIDES, SUPPORTED_NODES
     )
 
 

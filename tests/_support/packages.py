@@ -1,6 +1,7 @@
 """The checks a package of modules (tensortools.types.scalar, tensortools.types.metadata)
 keeps to: each module imports alone, imports point one way, no private name crosses a
-module border. Read from the source (ast), wherever an import stands."""
+module border; and the imports of tensortools' modules among themselves (the layers of
+test_layers.py). Read from the source (ast), wherever an import stands."""
 
 from __future__ import annotations
 
@@ -78,3 +79,35 @@ class Package:
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
             results = pool.map(imports_alone, self.modules)
             return {m: err for m, err in zip(self.modules, results) if err}
+
+
+def module_name(root: pathlib.Path, path: pathlib.Path) -> str:
+    """The dotted name of the module at `path` in the package folder `root`."""
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolved(root: pathlib.Path, module: str, names: list[str]) -> list[str]:
+    """The modules of the package that `from module import names` reaches: a name that is
+    a submodule (``from tensortools import ops``) counts as that module."""
+    folder = root.parent.joinpath(*module.split("."))
+    found = [
+        f"{module}.{n}"
+        for n in names
+        if (folder / n).is_dir() or (folder / f"{n}.py").is_file() or n == "_C"
+    ]
+    return found if found and len(found) == len(names) else [module, *found]
+
+
+def import_graph(root: pathlib.Path) -> dict[str, set[str]]:
+    """module -> the modules of the same package it imports, for every module under `root`
+    (a package folder), wherever the import stands (in a function too)."""
+    top = root.name
+    graph = {}
+    for path in sorted(root.rglob("*.py")):
+        targets: set[str] = set()
+        for module, names in imports(path):
+            if module == top or module.startswith(top + "."):
+                targets.update(_resolved(root, module, names))
+        graph[module_name(root, path)] = targets
+    return graph

@@ -16,8 +16,8 @@ from torch import Tensor
 from torch.overrides import _is_torch_function_mode_enabled
 from torch.utils._pytree import tree_leaves
 
+from tensortools import _spec as coverage_spec
 from tensortools._settings import OVERRIDES, ClassSetting
-from tensortools.coverage import spec as coverage_spec
 from tensortools.dispatch import TensorWrapper
 from tensortools.dispatch.wrapper import (
     INSTANCE_WRAPS,

@@ -15,7 +15,7 @@ from torch.overrides import has_torch_function
 
 from tensortools.dispatch import CannotHoldResult
 from tensortools.dispatch.in_place import out_of_place_form, written_arguments
-from tensortools.dispatch.table import TorchFunctionTable, strict_refusal
+from tensortools.dispatch.table import POLICY, TorchFunctionTable, strict_refusal
 from tensortools.dispatch.tensor_like import INPLACE_OPERATORS
 from tensortools.types.scalar.common import hidden, small_matrix
 from tensortools.types.scalar.tensor import ScalarTensor, densify
@@ -334,7 +334,8 @@ def python_torch_function(cls: type, func: Callable, types: tuple, args=(), kwar
     plain tensor with a ScalarTensor's help (t += d) forms none when its out-of-place form
     has a structured answer, or when it is elementwise."""
     result = _table_torch_function(cls, func, types, args, kwargs)
-    if result is NotImplemented and _PROBING.get() is not func and cls.policy == "strict":
+    strict = result is NotImplemented and POLICY.value_for(cls) == "strict"
+    if strict and _PROBING.get() is not func:
         kwargs = kwargs or {}
         if written_arguments(func, args, kwargs):
             result = write_without_dense(cls, func, args, kwargs)

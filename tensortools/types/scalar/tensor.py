@@ -10,9 +10,9 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 from torch import Tensor
 
+from tensortools import _spec as coverage_spec
 from tensortools._compiler import when_dynamo_loads
 from tensortools._native import C as _C
-from tensortools.coverage import spec as coverage_spec
 from tensortools.dispatch import TensorLike
 from tensortools.dispatch.table import TorchFunctionTable, refusing_endless_recursion
 
