@@ -255,6 +255,7 @@ def test_registering_a_spec_changes_what_the_report_runs():
         coverage.register("Plain")
 
 
+@pytest.mark.slow  # (imports op_db)
 def test_op_db_samples_are_generated_once_and_handed_out_as_copies():
     pytest.importorskip("expecttest", reason="op_db needs the expecttest package")
     from tensortools import _samples as module
