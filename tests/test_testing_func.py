@@ -105,3 +105,29 @@ def test_scalar_tensor_under_vmap_with_a_batched_factor():
     report = _report(ScalarTensor, (_scalar_make, ScalarTensor.tensor), ops=CAPTURED)
     assert report.passed, report.summary()
     assert sorted(report.functions) == sorted(CAPTURED)
+
+
+class Mapped(torch.Tensor):
+    """A type whose rule is about identity (as tensordict's memory-mapped tensors): a
+    result of the type must hold the memory of an instance of the call. `contiguous` of a
+    contiguous instance returns it, which holds it."""
+
+
+def _holds_an_instance(x, result, func=None, args=(), kwargs=None):
+    held = {t.untyped_storage().data_ptr() for t in [x, *args] if isinstance(t, Mapped)}
+    for t in [result] if isinstance(result, torch.Tensor) else list(result):
+        if isinstance(t, Mapped) and t.untyped_storage().data_ptr() not in held:
+            return "a Mapped result that holds no instance's memory"
+    return ""
+
+
+def test_the_rule_judges_a_transforms_results_against_the_instance_it_took():
+    # vmap over the instance takes a stacked instance, not the sample's: its results are
+    # judged against that one (judged against the sample's, a correct type failed)
+    report = _report(
+        Mapped,
+        lambda t: t.as_subclass(Mapped),
+        ops=["contiguous", "positive"],
+        rule=_holds_an_instance,
+    )
+    assert report.passed, report.summary()

@@ -85,12 +85,20 @@ def _check_func(run: Run, s: Sample) -> None:
 
     ys = torch.tensor([1.0, 0.5], dtype=p.dtype)
     transforms: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = []
+    # (the instance each transform's calls take, where not x: the rule judges results
+    # against the instance they came from)
+    inputs: dict[str, Any] = {}
     if isinstance(x, Tensor) and not run.structured:
         batch = torch.stack([p, 0.5 * p])
+
+        def vmap_over_instance() -> Any:
+            inputs["vmap over the instance"] = stacked = run.make(batch.clone())
+            return torch.func.vmap(typed_fn)(stacked)
+
         transforms.append(
             (
                 "vmap over the instance",
-                lambda: torch.func.vmap(typed_fn)(run.make(batch.clone())),
+                vmap_over_instance,
                 lambda: torch.func.vmap(plain_fn)(batch),
             )
         )
@@ -129,7 +137,9 @@ def _check_func(run: Run, s: Sample) -> None:
         except Exception as err:
             run.raised("func", s, err, f"{what}:")
             continue
-        reason = compare_results(run.plain(got), want, exact=False) or _kind_problem(run, x, got)
+        reason = compare_results(run.plain(got), want, exact=False) or _kind_problem(
+            run, inputs.get(what, x), got
+        )
         if reason:
             run.fail("func", s, f"{what}: {reason}")
 
