@@ -175,8 +175,12 @@ def make_memmap(tensordict: types.ModuleType, directory: str | None = None):
 
 def memmap_rule(x: Any, result: Any, func=None, args=(), kwargs=None) -> str:
     """tensordict's rule: a call gives plain tensors, except views of the mapped memory
-    (indexing, unbind, chunk, split), which are MemoryMappedTensors on the same storage."""
+    (indexing, unbind, chunk, split), which are MemoryMappedTensors on the same storage.
+    (A result that is no call's, as a round trip's, maps its own memory: only its type is
+    asked.)"""
     cls = type(x)
+    if func is None:
+        return ""
     mapped = {
         t.untyped_storage().data_ptr()
         for t in tree_leaves((x, args, kwargs or {}))
