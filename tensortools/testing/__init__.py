@@ -27,6 +27,7 @@ from tensortools.testing.aliases import check_aliases
 from tensortools.testing.autograd import check_autograd
 from tensortools.testing.binding import check_binding
 from tensortools.testing.compiled import check_compile
+from tensortools.testing.edges import check_edges
 from tensortools.testing.func import check_func
 from tensortools.testing.layouts import check_layouts
 from tensortools.testing.leaks import check_leaks
@@ -71,6 +72,7 @@ CHECKS = (
     "binding",
     "autograd",
     "func",
+    "edges",
     "serialization",
     "leaks",
     "threads",
@@ -105,6 +107,7 @@ def check_type(
     volatile_attrs: Iterable[str] = (),
     compile_backends: Sequence[str] = ("eager", "aot_eager"),
     samples: SampleHook | None = None,
+    views_copy: bool = False,
     progress: bool = True,
     raise_on_failure: bool = True,
 ) -> TypeCheckReport:
@@ -249,6 +252,9 @@ def check_type(
         "safe_globals": safe_globals,
         "progress": progress,
         "samples": samples,
+        "dtypes": tuple(dtypes),
+        "ops_given": ops is not None,
+        "views_copy": bool(views_copy),
     }
     state = _process_state()
     try:
@@ -276,6 +282,7 @@ def check_type(
         run.refused,
         run.declined,
         run.upstream,
+        run.copies,
     )
     if raise_on_failure and report.failures:
         raise TypeCheckError(report)
@@ -359,6 +366,8 @@ def _run_checks(
             if wanted:
                 run.guarded(check, s, step)
     bar.close()
+    if "edges" in checks:
+        check_edges(run, samples, options)
     if "leaks" in checks:
         run.guarded("leaks", None, lambda: check_leaks(run, samples))
     if "threads" in checks:
