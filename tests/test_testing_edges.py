@@ -8,7 +8,7 @@ import torch
 from test_testing_kit import TYPES, make_metadata
 from torch.utils._pytree import tree_map, tree_map_only
 
-from tensortools import MetadataTensor, ScalarTensor, testing
+from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, testing
 from tensortools.coverage.samples import op_db
 from tensortools.dispatch import TensorLike
 from tensortools.testing import edges
@@ -336,3 +336,37 @@ def test_the_three_types_pass_the_default_run(name):
     options["views_copy"] = cls is ScalarTensor
     report = _report(cls, make, **options)
     assert report.passed, report.summary()
+
+
+# --- the two reports ------------------------------------------------------------------------
+
+
+def test_export_report_gives_torch_exports_refusal_of_a_tensor_like():
+    report = testing.export_report(ScalarTensor, lambda t: ScalarTensor(t.shape[0], 1.5))
+    assert not report.exported
+    assert report.message.startswith("ValueError: Unsupported input type")
+    assert str(report).startswith("ScalarTensor: torch.export refused: ValueError")
+
+
+def test_export_report_of_a_subclass_names_the_traced_operators():
+    report = testing.export_report(LoggingTensor, LoggingTensor)
+    assert report.exported and report.equal and report.result_type == "LoggingTensor"
+    assert report.operators == ["mul.Tensor", "add.Tensor", "sin.default", "sum.dim_IntList"]
+    assert "torch.export passed (4 aten operators" in str(report)
+
+
+def test_overhead_report_times_each_call_against_plain():
+    report = testing.overhead_report(MetadataTensor, make_metadata(), min_run_time=0.002, rounds=1)
+    assert [row[0] for row in report.rows] == list(testing.surveys.OVERHEAD_CALLS)
+    for _, plain, typed, ratio in report.rows:  # (times are measured, never judged)
+        assert plain > 0 and typed > 0 and ratio == pytest.approx(typed / plain)
+    assert str(report).splitlines()[1].split() == ["call", "plain", "MetadataTensor", "ratio"]
+
+
+def test_overhead_report_leaves_out_the_calls_a_type_refuses():
+    def make(t):
+        return ScalarTensor(t.shape[0], 1.5)
+
+    with ScalarTensor.using_policy("strict"):  # (x[0] would form the dense matrix)
+        report = testing.overhead_report(ScalarTensor, make, min_run_time=0.002, rounds=1)
+    assert [row[0] for row in report.rows] == ["x + y", "x * 2", "x.sum()", "x @ y"]

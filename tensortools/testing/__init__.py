@@ -4,10 +4,14 @@
 ``expecttest`` package) through a type and compares every answer with the plain
 computation (also on non-contiguous layouts and under type promotion), then checks that
 calls leave their inputs unchanged and unreferenced, the method and operator forms,
-autograd, serialization, threads and ``torch.compile``. It raises one
+autograd, the edge conditions samples never set (grad, conjugate bits, views, inference
+mode, random functions, unknown types), serialization, threads and ``torch.compile``.
+It raises one
 :class:`TypeCheckError` that lists every failure (check, function, sample, what
 differed). :func:`parametrize` gives one pytest test per function, so a suite reports
-failures by name. ``docs/testing-a-type.md`` has a worked example.
+failures by name. :func:`export_report` and :func:`overhead_report` report what
+``torch.export`` does with an instance and what common calls cost against plain torch.
+``docs/testing-a-type.md`` has a worked example.
 """
 
 from __future__ import annotations
@@ -44,11 +48,13 @@ from tensortools.testing.report import (
 from tensortools.testing.run import Run, _process_state, _restore_process_state
 from tensortools.testing.samples import Sample, SampleHook, function_names, op_samples, shaped
 from tensortools.testing.serialization import check_serialization
+from tensortools.testing.surveys import ExportReport, OverheadReport, export_report, overhead_report
 from tensortools.testing.threads import check_threads
 from tensortools.testing.values import check_values_and_types
 
 __all__ = [
     "CHECKS",
+    "ExportReport",
     "Failure",
     "FailureGroup",
     "TypeCheckError",
@@ -59,6 +65,9 @@ __all__ = [
     "parametrize",
     "function_names",
     "options_from_coverage_hooks",
+    "OverheadReport",
+    "export_report",
+    "overhead_report",
 ]
 
 #: Every check, in the order they run.
@@ -175,6 +184,19 @@ def check_type(
     - ``autograd``: the input's gradient equals the plain one; ``torch.autograd.gradcheck``
       (fast mode) in float64 on the first `gradcheck_samples` samples of each function (for a
       ``(make, densify)`` type the gradients are of different tensors: not compared);
+    - ``edges``: the conditions op_db's samples never set, each against the plain
+      computation: instances of tensors requiring grad (values, ``requires_grad`` and
+      ``grad_fn`` of the results; an instance that hides its tensor's ``requires_grad``),
+      calls under ``torch.inference_mode()`` (values, inference results), complex
+      instances with the conjugate or negative bit (values; ``resolve_conj``), each on
+      the first sample of the functions named in `ops`, or of
+      :data:`~tensortools.testing.edges.EDGE_FUNCTIONS` (38 common ones) where `ops` is
+      not given; and fixed calls on a 4x4 instance: 25 views (a write through the view
+      reaches the base and back; `views_copy=True` says the type's views are copies,
+      listed in the report's ``copies``, not failed), random functions (the same values
+      and generator state, ``generator=`` too), and calls mixed with a type that
+      overrides nothing (they end in TypeError; the type's ``__torch_function__``
+      answers NotImplemented or passes the call on to it);
     - ``serialization``: pickle, deepcopy and ``torch.save`` + ``torch.load(weights_only=
       True)`` give back an instance of the type with equal values and attributes that
       follows the rule (`serialization_samples` per function); state crafted to run code
