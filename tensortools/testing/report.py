@@ -116,7 +116,10 @@ class TypeCheckReport:
                 f", {len(self.upstream)} compiled calls failing for any Tensor subclass (upstream)"
             )
         if self.copies:
-            declined += f", {len(self.copies)} views that copy (views_copy)"
+            n = len({f.function for f in self.copies})
+            declined += (
+                f", {n} view{'s' * (n != 1)} that cop{'y' if n != 1 else 'ies'} (views_copy)"
+            )
         head = (
             f"{self.type_name}: {len(self.functions)} functions, {self.samples} samples, "
             f"checks {', '.join(self.checks)}: {len(self.failures)} failures, "
