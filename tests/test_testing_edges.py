@@ -295,7 +295,7 @@ def test_metadata_tensor_stacks_with_an_unknown_type_raise_type_error():
 # --- the three types ---------------------------------------------------------------------
 
 #: A few functions of each family (the slow test runs the check's own default set).
-FEW = ["add", "exp", "sum", "matmul", "transpose", "cat", "max"]
+FEW = ["add", "exp", "sum", "matmul", "transpose", "cat", "max", "resolve_conj"]
 
 
 @pytest.mark.slow
@@ -308,7 +308,9 @@ def test_the_three_types_pass(name):
     report = _report(cls, make, ops=FEW, **options)
     assert report.passed, report.summary()
     if cls is ScalarTensor:
-        assert report.copies  # (x.view(-1) and the other views of the dense matrix)
+        # (x.view(-1) and the other views of the dense matrix; resolve_conj in inference
+        # mode, an inference tensor where plain's returns its input)
+        assert {"x.view(-1)", "resolve_conj"} <= {f.function for f in report.copies}
         assert any("requiring grad" in d.sample for d in report.declined)  # (holds numbers)
     else:
         assert not report.copies and not report.declined

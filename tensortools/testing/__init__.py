@@ -193,7 +193,8 @@ def check_type(
       :data:`~tensortools.testing.edges.EDGE_FUNCTIONS` (38 common ones) where `ops` is
       not given; and fixed calls on a 4x4 instance: 25 views (a write through the view
       reaches the base and back; `views_copy=True` says the type's views are copies,
-      listed in the report's ``copies``, not failed), random functions (the same values
+      listed in the report's ``copies``, not failed, as are results made in inference
+      mode where plain's are views of their input), random functions (the same values
       and generator state, ``generator=`` too), and calls mixed with a type that
       overrides nothing (they end in TypeError; the type's ``__torch_function__``
       answers NotImplemented or passes the call on to it);

@@ -24,7 +24,8 @@ from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 
 from tensortools.coverage.samples import UNDEFINED_VALUES, compare_results, seeded
 from tensortools.testing.edge_calls import check_random, check_unknown_types, check_views
-from tensortools.testing.run import Run, is_size, result_tensors, same_value
+from tensortools.testing.report import Failure
+from tensortools.testing.run import Run, is_size, result_tensors
 from tensortools.testing.samples import Sample, op_samples, shaped, tensor_leaves
 
 __all__ = ["EDGE_FUNCTIONS", "check_edges"]
@@ -52,7 +53,7 @@ def check_edges(run: Run, samples: list[Sample], options: dict[str, Any]) -> Non
             firsts.setdefault(s.name, s)
     for s in firsts.values():
         run.guarded("edges", s, lambda s=s: _requires_grad(run, s))
-        run.guarded("edges", s, lambda s=s: _inference(run, s))
+        run.guarded("edges", s, lambda s=s: _inference(run, s, options["views_copy"]))
     for s in _complex_samples(sorted(firsts), options["dtypes"], options["samples"]):
         run.guarded("edges", s, lambda s=s: _conj_and_neg(run, s))
     views_copy = options["views_copy"]
@@ -168,7 +169,7 @@ def _same(t: Tensor) -> Tensor:
 # -- (d) inference mode -----------------------------------------------------------------
 
 
-def _inference(run: Run, s: Sample) -> None:
+def _inference(run: Run, s: Sample, views_copy: bool) -> None:
     for where in ("outside", "inside"):
         case = _as(s, f"called in inference mode, instances made {where} it")
         with torch.inference_mode(where == "inside"):
@@ -186,11 +187,25 @@ def _inference(run: Run, s: Sample) -> None:
         if reason:
             run.fail("edges", case, reason)
             continue
+        inputs = {_storage(t) for t in result_tensors(plain)}
         for k, (flag, w) in enumerate(zip(flags, result_tensors(want))):
-            if flag is not None and flag != w.is_inference():
-                which = f"result {k}" if len(flags) > 1 else "the result"
-                what, plain_is = ("is", "is not") if flag else ("is not", "is")
-                run.fail("edges", case, f"{which} {what} an inference tensor (plain's {plain_is})")
+            if flag is None or flag == w.is_inference():
+                continue
+            which = f"result {k}" if len(flags) > 1 else "the result"
+            what, plain_is = ("is", "is not") if flag else ("is not", "is")
+            problem = f"{which} {what} an inference tensor (plain's {plain_is})"
+            if views_copy and flag and _storage(w) in inputs:
+                # (plain's is a view of its input, made outside: a copy made inside is one)
+                run.copies.append(Failure("edges", s.name, case.label, f"{problem}: a copy"))
+            else:
+                run.fail("edges", case, problem)
+
+
+def _storage(t: Tensor) -> int | None:
+    with torch._C.DisableTorchFunctionSubclass():
+        if t.layout != torch.strided:
+            return None
+        return t.untyped_storage().data_ptr()
 
 
 def _is_inference(t: Any) -> bool | None:
@@ -257,8 +272,10 @@ def _conj_and_neg(run: Run, s: Sample) -> None:
         if resolved is None:
             return
         plain = run.plain_call(resolved)
-        if not same_value(_resolved_values(run, run.plain_call(lazy)), plain):
-            run.fail("edges", case, "the instance stands for other values than the tensor's")
+        reason = compare_results(_resolved_values(run, run.plain_call(lazy)), plain, exact=True)
+        if reason:
+            what = "the instance stands for other values than its tensor's"
+            run.fail("edges", case, f"{what}: {reason}")
             continue
         _compare_call(run, case, lazy, plain)
     case = _as(s, "on x.conj()")
@@ -293,8 +310,9 @@ def _compare_call(run: Run, case: Sample, typed: tuple, plain: tuple) -> None:
         except Exception as err:
             run.raised("edges", case, err, f"{resolve.__name__} of the result")
             continue
-        if not same_value(_resolved_values(run, again), values):
-            run.fail("edges", case, f"{resolve.__name__} of the result gives other values")
+        reason = compare_results(_resolved_values(run, again), values, exact=True)
+        if reason:
+            run.fail("edges", case, f"{resolve.__name__} of the result: {reason}")
 
 
 def _resolvable(run: Run, r: Any) -> bool:
