@@ -426,7 +426,9 @@ SEVERAL = [
     "chunk",
     "unbind",
 ]
-ALL_BUT_COMPILE = [c for c in testing.DEFAULT_CHECKS if c != "compile"]
+# (and but edges: the broken handlers below take every tensor for their own, which its
+# calls with a type that overrides nothing catch: tests/test_testing_edges.py)
+ALL_BUT_COMPILE = [c for c in testing.DEFAULT_CHECKS if c not in ("compile", "edges")]
 
 
 class CatKeepsFirstMetadata(MetadataTensor):

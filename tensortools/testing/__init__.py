@@ -4,11 +4,15 @@
 ``expecttest`` package) through a type and compares every answer with the plain
 computation (also on non-contiguous layouts and under type promotion), then checks that
 calls leave their inputs unchanged and unreferenced, the method and operator forms,
-autograd, serialization, threads and ``torch.compile`` (and, asked for by name, that
-batches keep each sample's state under every index form). It raises one
+autograd, the edge conditions samples never set (grad, conjugate bits, views, inference
+mode, random functions, unknown types), serialization, threads and ``torch.compile``
+(and, asked for by name, that batches keep each sample's state under every index form).
+It raises one
 :class:`TypeCheckError` that lists every failure (check, function, sample, what
 differed). :func:`parametrize` gives one pytest test per function, so a suite reports
-failures by name. ``docs/testing-a-type.md`` has a worked example.
+failures by name. :func:`export_report` and :func:`overhead_report` report what
+``torch.export`` does with an instance and what common calls cost against plain torch.
+``docs/testing-a-type.md`` has a worked example.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from tensortools.testing.autograd import check_autograd
 from tensortools.testing.batches import check_batches
 from tensortools.testing.binding import check_binding
 from tensortools.testing.compiled import check_compile
+from tensortools.testing.edges import check_edges
 from tensortools.testing.func import check_func
 from tensortools.testing.layouts import check_layouts
 from tensortools.testing.leaks import check_leaks
@@ -45,6 +50,7 @@ from tensortools.testing.report import (
 from tensortools.testing.run import Run, _process_state, _restore_process_state
 from tensortools.testing.samples import Sample, SampleHook, function_names, op_samples, shaped
 from tensortools.testing.serialization import check_serialization
+from tensortools.testing.surveys import ExportReport, OverheadReport, export_report, overhead_report
 from tensortools.testing.threads import check_threads
 from tensortools.testing.values import check_values_and_types
 
@@ -52,6 +58,7 @@ __all__ = [
     "CHECKS",
     "DEFAULT_CHECKS",
     "ON_REQUEST",
+    "ExportReport",
     "Failure",
     "FailureGroup",
     "TypeCheckError",
@@ -62,6 +69,9 @@ __all__ = [
     "parametrize",
     "function_names",
     "options_from_coverage_hooks",
+    "OverheadReport",
+    "export_report",
+    "overhead_report",
 ]
 
 #: Every check, in the order they run.
@@ -75,6 +85,7 @@ CHECKS = (
     "binding",
     "autograd",
     "func",
+    "edges",
     "serialization",
     "leaks",
     "threads",
@@ -120,6 +131,7 @@ def check_type(
     samples: SampleHook | None = None,
     sample_state: Callable[[Any], Any] | None = None,
     collate_fn: Callable[[list], Any] | None = None,
+    views_copy: bool = False,
     progress: bool = True,
     raise_on_failure: bool = True,
 ) -> TypeCheckReport:
@@ -189,6 +201,20 @@ def check_type(
     - ``autograd``: the input's gradient equals the plain one; ``torch.autograd.gradcheck``
       (fast mode) in float64 on the first `gradcheck_samples` samples of each function (for a
       ``(make, densify)`` type the gradients are of different tensors: not compared);
+    - ``edges``: the conditions op_db's samples never set, each against the plain
+      computation: instances of tensors requiring grad (values, ``requires_grad`` and
+      ``grad_fn`` of the results; an instance that hides its tensor's ``requires_grad``),
+      calls under ``torch.inference_mode()`` (values, inference results), complex
+      instances with the conjugate or negative bit (values; ``resolve_conj``), each on
+      the first sample of the functions named in `ops`, or of
+      :data:`~tensortools.testing.edges.EDGE_FUNCTIONS` (38 common ones) where `ops` is
+      not given; and fixed calls on a 4x4 instance: 25 views (a write through the view
+      reaches the base and back; `views_copy=True` says the type's views are copies,
+      listed in the report's ``copies``, not failed, as are results made in inference
+      mode where plain's are views of their input), random functions (the same values
+      and generator state, ``generator=`` too), and calls mixed with a type that
+      overrides nothing (they end in TypeError; the type's ``__torch_function__``
+      answers NotImplemented or passes the call on to it);
     - ``serialization``: pickle, deepcopy and ``torch.save`` + ``torch.load(weights_only=
       True)`` give back an instance of the type with equal values and attributes that
       follows the rule (`serialization_samples` per function); state crafted to run code
@@ -283,6 +309,9 @@ def check_type(
         "samples": samples,
         "sample_state": sample_state,
         "collate_fn": collate_fn,
+        "dtypes": tuple(dtypes),
+        "ops_given": ops is not None,
+        "views_copy": bool(views_copy),
     }
     state = _process_state()
     try:
@@ -310,6 +339,7 @@ def check_type(
         run.refused,
         run.declined,
         run.upstream,
+        run.copies,
     )
     if raise_on_failure and report.failures:
         raise TypeCheckError(report)
@@ -397,6 +427,8 @@ def _run_checks(
             if wanted:
                 run.guarded(check, s, step)
     bar.close()
+    if "edges" in checks:
+        check_edges(run, samples, options)
     if "leaks" in checks:
         run.guarded("leaks", None, lambda: check_leaks(run, samples))
     if "threads" in checks:

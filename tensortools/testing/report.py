@@ -84,6 +84,9 @@ class TypeCheckReport:
     #: compiled calls that fail for a bare ``torch.Tensor`` subclass as well under the same
     #: backend: torch's limits, not the type's, so not failures
     upstream: list[Failure] = dataclasses.field(default_factory=list)
+    #: writes through a view (or into its base) that the other did not see, where the type
+    #: says its views are copies (``views_copy=True``): the ``edges`` check lists them here
+    copies: list[Failure] = dataclasses.field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -111,6 +114,11 @@ class TypeCheckReport:
         if self.upstream:
             declined += (
                 f", {len(self.upstream)} compiled calls failing for any Tensor subclass (upstream)"
+            )
+        if self.copies:
+            n = len({f.function for f in self.copies})
+            declined += (
+                f", {n} view{'s' * (n != 1)} that cop{'y' if n != 1 else 'ies'} (views_copy)"
             )
         head = (
             f"{self.type_name}: {len(self.functions)} functions, {self.samples} samples, "

@@ -52,6 +52,8 @@ class Run:
         #: compiled calls that fail for a bare torch.Tensor subclass as well (torch's
         #: limits, not the type's): reported apart from the failures
         self.upstream: list[Failure] = []
+        #: views that copy where the type says its views do (``views_copy=True``)
+        self.copies: list[Failure] = []
         self._make_failed: set = set()
         self.made = 0  # instances `make` gave: none in a whole run is a failure
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor
+from torch.overrides import has_torch_function
 
 from tensortools.types.metadata.batch import batch_size_of, is_dim0, plain_shape
 from tensortools.types.metadata.dicts import (
@@ -60,6 +61,11 @@ def _stack(tensors, dim=0, *, out=None):
     batches: the batch of steps, each step one of them)."""
     items = list(tensors)
     if out is not None or not items or not isinstance(dim, int):
+        return NotImplemented
+    if any(not isinstance(t, MetadataTensor) and has_torch_function((t,)) for t in items):
+        # a sample of a type that overrides torch (a tensor-like, another subclass): the
+        # call is passed on to it (the fallback), as torch's protocol asks; it was taken
+        # for a sample without metadata (ValueError), or read as a tensor (AttributeError)
         return NotImplemented
     if not is_dim0(dim, len(plain_shape(items[0])) + 1):
         return NotImplemented
