@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from tensortools.coverage.samples import compare_results
+from tensortools._samples import compare_results
 from tensortools.testing.report import Failure
 from tensortools.testing.run import Run, same_value
 

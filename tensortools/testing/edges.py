@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 
-from tensortools.coverage.samples import UNDEFINED_VALUES, compare_results, seeded
+from tensortools._samples import UNDEFINED_VALUES, compare_results, seeded
 from tensortools.testing.edge_calls import check_random, check_unknown_types, check_views
 from tensortools.testing.report import Failure
 from tensortools.testing.run import Run, is_size, result_tensors

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tensortools.coverage.samples import compare_results, plain_values
+from tensortools._samples import compare_results, plain_values
 from tensortools.testing.report import Unsupported
 
 __all__ = ["ExportReport", "OVERHEAD_CALLS", "OverheadReport", "export_report", "overhead_report"]
