@@ -39,6 +39,7 @@ def test_the_package_has_the_documented_modules():
 
 
 @pytest.mark.slow
+@pytest.mark.full  # (an interpreter per module; by default test_imports_point_one_way reads them)
 def test_each_module_imports_alone_in_a_fresh_interpreter():
     # One interpreter per module (what a module imports first is the point).
     failed = PKG.failing_alone(
