@@ -9,14 +9,14 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from tensortools.types.metadata.batch import batch_size_of, is_dim0, plain_shape
+from tensortools.types.metadata.batch import is_dim0, plain_shape
 from tensortools.types.metadata.dicts import (
     check_batch,
     check_same_keys,
     metadata_of,
     stackable,
 )
-from tensortools.types.metadata.tensor import MetadataTensor
+from tensortools.types.metadata.tensor import MetadataTensor, batch_size_of
 
 __all__ = ["collate", "decollate"]
 
