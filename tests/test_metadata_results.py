@@ -1,6 +1,7 @@
-"""How results take MetadataTensor metadata: the rules of csrc/python/metadata_results.cpp
-(exported through tensortools.types.metadata.results) and the compiled path's rule for
-results that change class in place (wrapper_adopt), each written once.
+"""How results take MetadataTensor metadata: the rules of csrc/python/metadata_results.h
+(exported through tensortools.types.metadata.results: which dicts and batch size a call's
+results take, how a result takes them, the read of a batch size) and the compiled path's
+rule for results that change class in place (wrapper_adopt), each written once.
 
 The rules are checked against what they are documented to do; the stand-ins torch.compile
 traces in their place against the C rules over every kind of input; and the source is
@@ -13,6 +14,7 @@ from __future__ import annotations
 import ast
 import itertools
 import pathlib
+import re
 import types
 import weakref
 
@@ -24,8 +26,7 @@ from tensortools import LoggingTensor, MetadataTensor
 from tensortools._native import C
 from tensortools.dispatch import wrapper
 from tensortools.types.metadata import results
-from tensortools.types.metadata.results import carriers, take_metadata
-from tensortools.types.metadata.tensor import batch_size_of
+from tensortools.types.metadata.results import batch_size_of, carriers, take_metadata
 
 ROOT = pathlib.Path(tensortools.__file__).parent
 CSRC = ROOT.parent / "csrc"
@@ -258,17 +259,35 @@ def _uses_of_batch_size():
 
 
 def test_batch_size_is_written_by_one_function_and_read_one_way():
+    # (C: read_batch_size and take_metadata; below, their stand-ins under torch.compile,
+    # and the key of a saved state)
     assert _uses_of_batch_size() == [
-        # the C rules' stand-ins under torch.compile (the writer; the carriers' read)
-        ("types/metadata/results.py", "_traced_carriers", "names"),
+        ("types/metadata/results.py", "_read_size", "names"),
         ("types/metadata/results.py", "_traced_take", "writes"),
         ("types/metadata/results.py", "_traced_take", "writes"),
-        # the one read (inlined in indexing, which runs on every index), the saved
-        # state's key
-        ("types/metadata/tensor.py", "MetadataTensor.__getitem__", "names"),
         ("types/metadata/tensor.py", "MetadataTensor._check_state", "names"),
-        ("types/metadata/tensor.py", "batch_size_of", "names"),
     ]
+    assert _c_functions_using("metadata_names::batch_size") == {
+        "read_batch_size",  # the one read
+        "take_metadata",  # the one write
+        "add_metadata_results",  # (the name interned)
+    }
+
+
+def _c_functions_using(name: str) -> set[str]:
+    """The functions of csrc/ whose bodies use `name` (a definition starts at the line's
+    start and ends with the first line that is a lone closing brace)."""
+    using, function = set(), None
+    lines = [line for p in sorted(CSRC.rglob("*.[ch]*")) for line in p.read_text().splitlines()]
+    for line in lines:
+        start = re.match(r"[A-Za-z].*?\b(\w+)\(", line)
+        if start and not line.endswith(";") and function is None:
+            function = start.group(1)
+        elif line == "}":
+            function = None
+        elif function and re.search(rf"\b{re.escape(name)}\b", line):
+            using.add(function)
+    return using
 
 
 def test_the_c_rules_are_the_only_c_code_that_names_batch_size_or_metadata():
@@ -277,7 +296,7 @@ def test_the_c_rules_are_the_only_c_code_that_names_batch_size_or_metadata():
         for p in sorted(CSRC.rglob("*.[ch]*"))
         if '"_batch_size"' in p.read_text() or '"metadata"' in p.read_text()
     }
-    assert naming == {"python/metadata_results.cpp"}
+    assert naming == {"python/metadata_results.cpp", "python/metadata_results.h"}
 
 
 def test_results_take_metadata_only_through_the_rule():
@@ -301,5 +320,22 @@ def test_results_take_metadata_only_through_the_rule():
 
 def test_the_python_rules_are_the_c_functions():
     assert carriers is C.metadata_carriers and take_metadata is C.metadata_take
-    assert batch_size_of(_m((3,), {"id": [0, 1, 2]}, size=3)) == 3
-    assert batch_size_of(torch.zeros(3)) is None
+    assert batch_size_of is C.metadata_batch_size
+
+
+# -- batch_size_of: the one read -----------------------------------------------------------
+
+
+def test_batch_size_of_reads_a_metadata_tensors_batch_size_alone():
+    other = torch.zeros(3).as_subclass(LoggingTensor)
+    vars(other)["_batch_size"] = 3  # (another type's attribute of that name is not one)
+    plain = _m((3,), {"k": 1})
+    cases = [
+        _m((3,), {"id": [0, 1, 2]}, size=3),
+        Child.wrap_batch(torch.zeros(2), {"i": [1, 2]}, 2),
+    ]
+    cases += [plain, torch.zeros(3), other, 3, None, [_m((3,), {}, size=3)], _no_metadata()]
+    want = [3, 2, None, None, None, None, None, None, 3]
+    assert [batch_size_of(t) for t in cases] == want
+    assert [results._traced_batch_size_of(t) for t in cases] == want
+    assert batch_size_of(plain) is plain.batch_size is None and not plain.is_batch

@@ -26,7 +26,7 @@
 //             batch takes the Python path, whose rule decides.
 //
 // Which metadata and batch size the results of WRAP_METADATA take, and how, are the rules
-// of metadata_results.cpp, which the Python path calls too (one definition). When a new
+// of metadata_results.h, which the Python path calls too (one definition). When a new
 // result changes class in place rather than become an alias is adopt() below, which the
 // Python path calls too (exported as wrapper_adopt).
 //

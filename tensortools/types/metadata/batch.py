@@ -31,8 +31,8 @@ from tensortools.types.metadata.dicts import (
     metadata_of,
     stackable,
 )
-from tensortools.types.metadata.results import take_metadata
-from tensortools.types.metadata.tensor import BATCH_RULES, MetadataTensor, batch_size_of
+from tensortools.types.metadata.results import batch_size_of, take_metadata
+from tensortools.types.metadata.tensor import BATCH_RULES, MetadataTensor
 
 __all__ = ["give", "is_dim0", "plain_shape"]
 

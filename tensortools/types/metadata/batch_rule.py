@@ -83,12 +83,11 @@ from tensortools.types.metadata.batch_verdict import (
     where,
 )
 from tensortools.types.metadata.dicts import same_value
-from tensortools.types.metadata.results import take_metadata
+from tensortools.types.metadata.results import batch_size_of, take_metadata
 from tensortools.types.metadata.tensor import (
     BATCH_CALLS,
     BATCH_RULES,
     MetadataTensor,
-    batch_size_of,
     register_batch_results,
 )
 

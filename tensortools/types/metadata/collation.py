@@ -16,7 +16,8 @@ from tensortools.types.metadata.dicts import (
     metadata_of,
     stackable,
 )
-from tensortools.types.metadata.tensor import MetadataTensor, batch_size_of
+from tensortools.types.metadata.results import batch_size_of
+from tensortools.types.metadata.tensor import MetadataTensor
 
 __all__ = ["collate", "decollate"]
 

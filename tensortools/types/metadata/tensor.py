@@ -34,9 +34,14 @@ from tensortools.types.metadata.dicts import (
     metadata_of,
     sample_rows,
 )
-from tensortools.types.metadata.results import carriers, take_metadata
+from tensortools.types.metadata.results import (
+    batch_size_of,
+    carriers,
+    register_class,
+    take_metadata,
+)
 
-__all__ = ["MetadataTensor", "batch_size_of", "register_batch_results"]
+__all__ = ["MetadataTensor", "register_batch_results"]
 
 #: Rules for calls with a batch among their arguments (tensortools.types.metadata.batch
 #: fills it): function -> rule(cls, func, types, args, kwargs), NotImplemented where the
@@ -60,12 +65,6 @@ def register_batch_results(rule: Callable) -> None:
 
 def _batch_results(func, args, kwargs, out, tensors):
     return out  # (until register_batch_results replaces it)
-
-
-def batch_size_of(t: Any) -> int | None:
-    """The batch size of a MetadataTensor batch; None for anything else. (The one read of
-    ``_batch_size`` here; the rules of ``results`` read it of a call's carriers.)"""
-    return getattr(t, "_batch_size", None) if isinstance(t, MetadataTensor) else None
 
 
 class _BatchContext(dict):
@@ -154,10 +153,9 @@ class MetadataTensor(TensorWrapper):
         # rule, without torch's round trip through __torch_function__ (which cost three
         # times a plain MetadataTensor's index), where nothing else could see the call:
         # no TorchFunctionMode, and the fallback as the compiled path would take it.
-        # (batch_size_of inlined: this runs on every index of every MetadataTensor)
         if (
             (type(index) is int or type(index) is slice)
-            and getattr(self, "_batch_size", None) is not None
+            and batch_size_of(self) is not None
             and not _is_torch_function_mode_enabled()
             and _plain_fallback_holds(type(self), _GETITEM, (type(self),))
         ):
@@ -369,6 +367,7 @@ def _kin(cls: type, types: tuple) -> bool:
 _WRAP_METADATA = int(WrapperPath.WRAP_METADATA)
 
 
+register_class(MetadataTensor)  # (the class whose instances batch_size_of reads)
 # torch.load(weights_only=True) may rebuild MetadataTensors once tensortools is imported.
 MetadataTensor._on_settings_change()  # (its record, now that the class exists)
 INSTANCE_WRAPS.add(MetadataTensor.wrap.__func__)
