@@ -3,6 +3,7 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include "python/metadata_results.h"
 #include "python/scalar_dispatch.h"
 #include "python/wrapper_dispatch.h"
 #ifndef WITH_CUDA
@@ -21,5 +22,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   tensortools::register_missing_cuda_kernels();  // (every operator has registered by now)
 #endif
   tensortools::python::add_wrapper_dispatch(m);
+  tensortools::python::add_metadata_results(m);
   tensortools::python::add_scalar_dispatch(m);
 }

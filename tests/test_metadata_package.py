@@ -1,8 +1,8 @@
 """The layout of tensortools.types.metadata: every module imports alone, the imports among
-its modules point one way (the dict rules and the index reader at the bottom, the class
-over them, the batch rules over the class, which they register on when imported), no
-private name crosses a module border; and the dispatch base under every type imports
-nothing of tensortools.ops."""
+its modules point one way (the dict rules, the rules by which results take them and the
+index reader at the bottom, the class over them, the batch rules over the class, which
+they register on when imported), no private name crosses a module border; and the
+dispatch base under every type imports nothing of tensortools.ops."""
 
 import pathlib
 import subprocess
@@ -26,7 +26,7 @@ BATCH = {"batch", "collation", "batch_verdict", "batch_moves", "batch_rule"}
 
 
 def test_the_package_has_the_documented_modules():
-    assert set(MODULES) == {"dicts", "batch_index", "tensor"} | BATCH
+    assert set(MODULES) == {"dicts", "results", "batch_index", "tensor"} | BATCH
     for module in MODULES:
         assert f"``{module}``" in metadata.__doc__, f"{module} missing from the package docstring"
 
@@ -55,10 +55,10 @@ def test_each_module_imports_alone_in_a_fresh_interpreter():
 
 def test_imports_point_one_way():
     graph = PKG.import_graph()
-    # the dict rules and the index reader import none of the package; the class only the
-    # dict rules; the batch rules sit over the class
-    assert graph["dicts"] == set() and graph["batch_index"] == set()
-    assert graph["tensor"] == {"dicts"}
+    # the dict rules, the rules of results and the index reader import none of the
+    # package; the class only those rules; the batch rules sit over the class
+    assert graph["dicts"] == graph["results"] == graph["batch_index"] == set()
+    assert graph["tensor"] == {"dicts", "results"}
     assert "tensor" in graph["batch"] and "batch" in graph["batch_rule"]
     assert not graph["batch"] & BATCH and not graph["collation"] & BATCH - {"batch"}
     assert graph["batch_moves"] & BATCH == {"batch", "batch_verdict"}

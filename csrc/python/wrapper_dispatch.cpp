@@ -21,11 +21,14 @@
 //             value is set in the calling thread, the Python path
 //   carrier   WRAP_METADATA: the class whose instances carry metadata (MetadataTensor,
 //             whatever the class of the call); else None
-//   batch_rules  WRAP_METADATA: the functions a call with a batch among its carriers (an
-//             instance whose `_batch_size` is not None) may make on this path (a dict, or
-//             None): their results take the batch size of the carrier whose metadata they
-//             take (a result of at least one dim: a 0-d tensor holds no samples). A call
-//             of any other function with a batch takes the Python path, whose rule decides.
+//   batch_rules  WRAP_METADATA: the functions a call with a batch among its carriers may
+//             make on this path (a dict, or None). A call of any other function with a
+//             batch takes the Python path, whose rule decides.
+//
+// Which metadata and batch size the results of WRAP_METADATA take, and how, are the rules
+// of metadata_results.h, which the Python path calls too (one definition). When a new
+// result changes class in place rather than become an alias is adopt() below, which the
+// Python path calls too (exported as wrapper_adopt).
 //
 // Python code can run in the middle of a call (a property getter, a key's __eq__, a
 // finalizer started by a garbage collection at any allocation) and can change or free
@@ -40,6 +43,8 @@
 #include "wrapper_dispatch.h"
 
 #include <utility>
+
+#include "metadata_results.h"
 
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <c10/util/SmallVector.h>
@@ -63,8 +68,6 @@ PyObject* s_fast = nullptr;         // "_fast": the class's record
 PyObject* s_python_path = nullptr;  // "_python_torch_function"
 PyObject* s_value = nullptr;        // a ThreadStore's "value"
 PyObject* s_is_enabled_for = nullptr;
-PyObject* s_metadata = nullptr;
-PyObject* s_batch_size = nullptr;  // "_batch_size": a MetadataTensor batch's sample count
 PyObject* s_class = nullptr;
 PyObject* s_as_subclass = nullptr;
 PyObject* s_info_level = nullptr;  // logging.INFO, 20
@@ -91,16 +94,6 @@ class Refs {
  private:
   c10::SmallVector<PyObject*, 8> items_;
 };
-
-// getattr(obj, name, None) as Python reads it: 1 with a new reference in *out, 0 when
-// there is no such attribute, -1 with an exception set.
-int lookup_attr(PyObject* obj, PyObject* name, PyObject** out) {
-#if PY_VERSION_HEX >= 0x030D0000
-  return PyObject_GetOptionalAttr(obj, name, out);
-#else
-  return _PyObject_LookupAttr(obj, name, out);
-#endif
-}
 
 // 1 when a per-thread store holds a value (not None) in the calling thread, 0 when not,
 // -1 on error.
@@ -266,46 +259,6 @@ class ArgumentWalk {
   Refs* tensors_;
 };
 
-// The metadata the results of a call take, as MetadataTensor.context finds it under the
-// "first" policy: getattr(t, "metadata", None) of every instance of `carrier` among the
-// argument tensors, in order (every one is read, as the Python path reads them), and
-// the first that is not None; a new empty dict when there is none. A new reference, or
-// nullptr with an exception set. *size: that first carrier's `_batch_size` (a new
-// reference; nullptr where it is not a batch); *batch: whether any carrier is a batch.
-PyObject* call_metadata(PyObject* carrier, const Refs& tensors, PyObject** size, bool* batch) {
-  PyObject* first = nullptr;
-  *size = nullptr;
-  *batch = false;
-  for (PyObject* t : tensors.items()) {
-    if (!PyObject_TypeCheck(t, reinterpret_cast<PyTypeObject*>(carrier))) continue;
-    PyObject* metadata = nullptr;
-    PyObject* count = nullptr;
-    if (lookup_attr(t, s_metadata, &metadata) < 0 || lookup_attr(t, s_batch_size, &count) < 0) {
-      Py_XDECREF(metadata);
-      Py_XDECREF(first);
-      Py_CLEAR(*size);
-      return nullptr;
-    }
-    if (count == Py_None) Py_CLEAR(count);
-    *batch = *batch || count != nullptr;
-    if (metadata == Py_None) Py_CLEAR(metadata);
-    if (metadata != nullptr && first == nullptr) {
-      first = metadata;
-      *size = count;
-    } else {
-      Py_XDECREF(metadata);
-      Py_XDECREF(count);
-    }
-  }
-  return first != nullptr ? first : PyDict_New();
-}
-
-// dict(metadata), as MetadataTensor.wrap copies it.
-PyObject* copy_metadata(PyObject* metadata) {
-  if (PyDict_CheckExact(metadata)) return PyDict_Copy(metadata);
-  return PyObject_CallOneArg(reinterpret_cast<PyObject*>(&PyDict_Type), metadata);
-}
-
 // func(*args, **kwargs) with __torch_function__ of subclasses disabled (args and kwargs
 // may be null). As Python's func(*args, **kwargs) does, func gets keyword arguments of
 // its own, a copy: the caller's dict may change while func runs Python code (an
@@ -346,26 +299,34 @@ bool weakly_held(PyObject* obj) {
   return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset) != nullptr;
 }
 
+// Whether a new plain result becomes an instance of cls in place, rather than an alias
+// (torch.Tensor.as_subclass: the same values, type and gradients, but a view of it, at a
+// far higher cost); if so, it now is one. It does where it is an exact torch.Tensor that
+// no weak reference holds (a cache that holds it without owning it) and that has no
+// attributes, of a layout the class can take. The caller knows that nothing else holds it:
+// this path by counting references (as_instance), the Python path because its function
+// makes new tensors by construction (tensortools.dispatch.wrapper.FRESH_RESULTS).
+bool adopt(PyObject* cls, PyObject* result) {
+  if (Py_TYPE(result) != reinterpret_cast<PyTypeObject*>(g_tensor_type) || weakly_held(result)) {
+    return false;
+  }
+  // (the dict slot, read without creating a dict where there is none yet)
+  PyObject** dict = _PyObject_GetDictPtr(result);
+  if (dict != nullptr && *dict != nullptr && PyDict_GET_SIZE(*dict) != 0) return false;
+  if (PyObject_SetAttr(result, s_class, cls) == 0) return true;
+  PyErr_Clear();  // a layout the class cannot take: an alias it is
+  return false;
+}
+
 // A plain torch.Tensor `result` (a new reference, stolen) as an instance of cls.
 PyObject* as_instance(PyObject* cls, PyObject* result) {
-  // A tensor this call created is referenced from nowhere else (one Python reference,
-  // ours, one C++ reference, the Python object's, and no weak reference) and has no
-  // attributes: it changes class in place, which costs far less than the alias
-  // torch.Tensor.as_subclass makes (the Python path's results are such aliases: the same
-  // values, type and gradients, but views of the plain result). Anything else (a tensor
-  // someone else holds, even weakly) gets an alias, so its owner's object is left as it
-  // was. (Classes with a __torch_dispatch__ of their own, which needs the dispatch keys
-  // only as_subclass sets, take the Python path.)
-  if (Py_REFCNT(result) == 1 && THPVariable_Unpack(result).use_count() == 1 &&
-      !weakly_held(result)) {
-    // (the dict slot, read without creating a dict where there is none yet)
-    PyObject** dict = _PyObject_GetDictPtr(result);
-    if (dict == nullptr || *dict == nullptr || PyDict_GET_SIZE(*dict) == 0) {
-      if (PyObject_SetAttr(result, s_class, cls) == 0) {
-        return result;
-      }
-      PyErr_Clear();  // layouts the class cannot take: make an alias below
-    }
+  // A tensor this call created is referenced from nowhere else: one Python reference,
+  // ours, and one C++ reference, the Python object's. Anything else (a tensor someone else
+  // holds) gets an alias, so its owner's object is left as it was. (Classes with a
+  // __torch_dispatch__ of their own, which needs the dispatch keys only as_subclass sets,
+  // take the Python path.)
+  if (Py_REFCNT(result) == 1 && THPVariable_Unpack(result).use_count() == 1 && adopt(cls, result)) {
+    return result;
   }
   PyObject* out = PyObject_CallMethodOneArg(result, s_as_subclass, cls);
   Py_DECREF(result);
@@ -433,11 +394,16 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
   PyObject* context = Py_None;
   PyObject* size = nullptr;  // the results' batch size, where they take one
   if (kind == kWrapMetadata) {
-    bool batch = false;
-    context = call_metadata(carrier, tensors, &size, &batch);
+    // (the first carrier's metadata under the "first" policy; a new empty dict for none)
+    Carried carried;
+    const int read =
+        read_carriers(carrier, tensors.items().data(),
+                      static_cast<Py_ssize_t>(tensors.items().size()), nullptr, &carried);
     Py_DECREF(carrier);
+    context = read < 0 ? nullptr : carried.first != nullptr ? carried.first : PyDict_New();
+    size = carried.size;
     int rule = 0;
-    if (context != nullptr && batch && batch_rules != Py_None) {
+    if (context != nullptr && carried.batch && batch_rules != Py_None) {
       const int keeps = PyDict_Contains(batch_rules, func);
       rule = keeps < 0 ? -1 : !keeps;
     }
@@ -481,19 +447,29 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
     }
   }
 
-  const bool holds_samples = size != nullptr && THPVariable_Unpack(result).dim() > 0;
   PyObject* out = as_instance(cls, result);
-  if (out != nullptr && kind == kWrapMetadata) {
-    PyObject* copy = copy_metadata(context);
-    if (copy == nullptr || PyObject_SetAttr(out, s_metadata, copy) != 0 ||
-        (holds_samples && PyObject_SetAttr(out, s_batch_size, size) != 0)) {
-      Py_CLEAR(out);
-    }
-    Py_XDECREF(copy);
+  if (out != nullptr && kind == kWrapMetadata && take_metadata(out, context, size, true) != 0) {
+    Py_CLEAR(out);
   }
   Py_DECREF(context);
   Py_XDECREF(size);
   return out;
+}
+
+// wrapper_adopt(cls, tensor) -> bool: adopt() for the Python path.
+PyObject* adopt_for_python(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t argc) {
+  if (argc != 2 || !PyType_Check(argv[0])) {
+    PyErr_SetString(PyExc_TypeError, "wrapper_adopt(cls: type, tensor)");
+    return nullptr;
+  }
+  if (g_tensor_type == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "wrapper_adopt: setup() was not called");
+    return nullptr;
+  }
+  PyObject* result = Py_NewRef(argv[1]);  // (held while its class is set)
+  const bool adopted = adopt(argv[0], result);
+  Py_DECREF(result);
+  return PyBool_FromLong(adopted);
 }
 
 PyObject* setup(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t argc) {
@@ -521,6 +497,10 @@ PyMethodDef methods[] = {
      "The same function as wrapper_torch_function, for types whose calls torch.compile "
      "must run eagerly (no Python stand-in is registered for it: each call is a graph "
      "break)."},
+    {"wrapper_adopt", reinterpret_cast<PyCFunction>(adopt_for_python), METH_FASTCALL,
+     "wrapper_adopt(cls, tensor) -> bool: whether a new plain result became an instance of "
+     "cls in place (an exact torch.Tensor with no weak reference and no attributes, of a "
+     "layout cls can take); the rule of the compiled path, for the Python path's results."},
     {"wrapper_dispatch_setup", reinterpret_cast<PyCFunction>(setup), METH_FASTCALL,
      "wrapper_dispatch_setup(tensor_type, no_wrap, wrap_outputs, overrides, pytree_nodes): "
      "what wrapper_torch_function needs from Python."},
@@ -535,7 +515,6 @@ void add_wrapper_dispatch(pybind11::module_& m) {
   };
   for (const Name& name : {Name{&s_fast, "_fast"}, Name{&s_python_path, "_python_torch_function"},
                            Name{&s_value, "value"}, Name{&s_is_enabled_for, "isEnabledFor"},
-                           Name{&s_metadata, "metadata"}, Name{&s_batch_size, "_batch_size"},
                            Name{&s_class, "__class__"}, Name{&s_as_subclass, "as_subclass"}}) {
     *name.slot = PyUnicode_InternFromString(name.text);
     if (*name.slot == nullptr) {

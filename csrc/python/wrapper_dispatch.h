@@ -5,7 +5,7 @@
 
 namespace tensortools::python {
 
-// Adds wrapper_torch_function and wrapper_dispatch_setup to the module (see
+// Adds wrapper_torch_function, wrapper_adopt and wrapper_dispatch_setup to the module (see
 // tensortools/dispatch/wrapper.py for how they are used).
 void add_wrapper_dispatch(pybind11::module_& m);
 

@@ -8,7 +8,6 @@ side both call them."""
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +15,7 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_leaves, tree_map_only
 
+from tensortools._native import C as _C
 from tensortools.dispatch.in_place import written_arguments
 
 __all__ = [
@@ -98,15 +98,11 @@ def _adopts_results(cls: type, func: Callable) -> bool:
     )
 
 
-def _adopt(cls: type, t: Tensor) -> None:
-    """t, a new plain result, changed to class cls in place, as the compiled path does for
-    a single result: a result with attributes or weak references keeps its class (and
-    gets an alias)."""
-    if type(t) is Tensor and not weakref.getweakrefcount(t) and not t.__dict__:
-        try:
-            t.__class__ = cls
-        except TypeError:  # a layout the class cannot take: an alias it is
-            pass
+#: _adopt(cls, t) -> bool: t, a new plain result, changed to class cls in place where the
+#: compiled path's rule allows (no weak reference, no attributes, a layout cls can take;
+#: else it keeps its class and gets an alias): that rule itself, exported from
+#: csrc/python/wrapper_dispatch.cpp (one definition).
+_adopt: Callable[[type, Tensor], bool] = _C.wrapper_adopt
 
 
 def wrap_outputs(

@@ -5,6 +5,9 @@ Its modules, each importing only those above it in this list:
 
 - ``dicts``: the metadata dicts apart from the class: the merge policies, when two values
   are the same, what a batch holds (:func:`check_batch`);
+- ``results``: how a call's results take metadata (which carriers' dicts, the batch size,
+  a 0-d result holding no samples): the rules of ``csrc/python/metadata_results.h``,
+  written once in C for the compiled path and the Python one;
 - ``batch_index``: which samples ``batch[index]`` takes, for every index torch accepts;
 - ``tensor``: the class, its settings and pickling, and the tables through which the
   modules below give it their rules for batches (``BATCH_RULES``, ``BATCH_CALLS``,

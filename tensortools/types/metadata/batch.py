@@ -31,9 +31,10 @@ from tensortools.types.metadata.dicts import (
     metadata_of,
     stackable,
 )
+from tensortools.types.metadata.results import batch_size_of, take_metadata
 from tensortools.types.metadata.tensor import BATCH_RULES, MetadataTensor
 
-__all__ = ["batch_size_of", "give", "is_dim0", "plain_shape"]
+__all__ = ["give", "is_dim0", "plain_shape"]
 
 
 def plain_shape(t: Tensor) -> torch.Size:
@@ -43,15 +44,10 @@ def plain_shape(t: Tensor) -> torch.Size:
         return t.shape
 
 
-def batch_size_of(t: Any) -> int | None:
-    """The batch size of a MetadataTensor batch; None for anything else."""
-    return getattr(t, "_batch_size", None) if isinstance(t, MetadataTensor) else None
-
-
 def _select(metadata: dict, selection: Selection) -> dict:
     """Each value's entries for `selection` (one sample's value for an int)."""
     if selection is None:
-        return dict(metadata)
+        return metadata
     out = {}
     for key, value in metadata.items():
         if isinstance(selection, int):
@@ -76,18 +72,19 @@ def _count(size: int, selection: Selection) -> int | None:
     return len(selection)
 
 
-def give(result: Any, metadata: dict, size: int, selection: Selection) -> None:
+def give(result: Any, metadata: dict, size: int, selection: Selection, new: bool = False) -> None:
     """Set a result of a batch's call to the samples of `selection` of the batch's
-    `metadata` (of `size` samples); anything but a MetadataTensor is left as it is."""
+    `metadata` (of `size` samples); anything but a MetadataTensor is left as it is. new:
+    the result was just made (it has no batch size to clear)."""
     if not isinstance(result, MetadataTensor):
         return
     if type(selection) is int:  # (one sample, the common case)
-        result.metadata = {key: value[selection] for key, value in metadata.items()}
-        result._batch_size = None
+        sample = {}
+        for key, value in metadata.items():  # (a loop: a comprehension costs a call)
+            sample[key] = value[selection]
+        take_metadata(result, sample, None, new)
         return
-    result.metadata = _select(metadata, selection)
-    count = _count(size, selection)
-    result._batch_size = count if count is not None and len(plain_shape(result)) else None
+    take_metadata(result, _select(metadata, selection), _count(size, selection), new)
 
 
 # -- which samples a call takes -------------------------------------------------------
@@ -169,9 +166,9 @@ def _getitem(cls, func, types, args, kwargs):
     selection = index_selection(index, size, len(shape))
     if selection is MIXED:
         if isinstance(out, MetadataTensor):
-            out.metadata, out._batch_size = dict(metadata), None
+            take_metadata(out, metadata, None, False)
         return out
-    give(out, metadata, size, selection)
+    give(out, metadata, size, selection, direct)
     return out
 
 
@@ -244,7 +241,7 @@ def _grad(cls, func, types, args, kwargs):
     if type(grad) is not Tensor or grad.dim() == 0 or grad.shape[0] != size:
         return grad
     out = grad.as_subclass(cls)  # (a batch whose metadata went wrong still has a gradient)
-    out.metadata, out._batch_size = dict(metadata_of(batch) or {}), size
+    take_metadata(out, metadata_of(batch) or {}, size, True)
     return out
 
 
@@ -287,7 +284,7 @@ def _cat(cls, func, types, args, kwargs):
     check_same_keys(dicts, "torch.cat of MetadataTensor batches", "tensor", "batches joined")
     out = _plain_fallback(cls, func, types, args, kwargs)
     metadata = {key: _join([d[key] for d in dicts]) for key in dicts[0]}
-    out.metadata, out._batch_size = metadata, sum(sizes[k] for k in joined)
+    take_metadata(out, metadata, sum(sizes[k] for k in joined), False)
     return out
 
 

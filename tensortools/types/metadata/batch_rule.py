@@ -83,6 +83,7 @@ from tensortools.types.metadata.batch_verdict import (
     where,
 )
 from tensortools.types.metadata.dicts import same_value
+from tensortools.types.metadata.results import batch_size_of, take_metadata
 from tensortools.types.metadata.tensor import (
     BATCH_CALLS,
     BATCH_RULES,
@@ -116,7 +117,7 @@ def _stack(call: Call) -> Any:
         metadata = getattr(t, "metadata", None)
         if t is call.batch or metadata is None:
             continue  # (a plain tensor's rows join the samples', as in b + t)
-        if getattr(t, "_batch_size", None) is None or metadata.keys() != samples.keys():
+        if batch_size_of(t) is None or metadata.keys() != samples.keys():
             return DROP
         if not all(same_value(metadata[key], samples[key]) for key in samples):
             return DROP
@@ -355,15 +356,15 @@ def settle(func: Callable, args: tuple, kwargs: dict, out: Any, tensors: list | 
     table says: kept, carried through the call's permutation, or dropped. tensors: the
     call's argument tensors, where the caller has them (else walked here)."""
     if issubclass(type(out), Tensor):
-        leaves = [out] if getattr(out, "_batch_size", None) is not None else []
+        leaves = [out] if batch_size_of(out) is not None else []
     else:
-        leaves = [t for t in tree_leaves(out) if getattr(t, "_batch_size", None) is not None]
+        leaves = [t for t in tree_leaves(out) if batch_size_of(t) is not None]
     if not leaves:
         return out
     inputs = argument_tensors(args, kwargs) if tensors is None else tensors
     results = [t for t in leaves if not any(t is a for a in inputs)]
     batch = first_carrier(inputs)
-    if not results or batch is None or getattr(batch, "_batch_size", None) is None:
+    if not results or batch is None or batch_size_of(batch) is None:
         return out
     shape = plain_shape(batch)
     call = Call(func, args, kwargs or {}, batch, len(shape), shape[0], results)
@@ -374,11 +375,11 @@ def settle(func: Callable, args: tuple, kwargs: dict, out: Any, tensors: list | 
         rows = shape[0] if shape else None
         if v is KEEP and rows == call.size:
             continue
-        metadata = dict(batch.metadata or {})
+        metadata = batch.metadata or {}
         if _is_selection(v) and rows == len(v):
             give(t, metadata, call.size, v)
         else:
-            t.metadata, t._batch_size = metadata, None
+            take_metadata(t, metadata, None, False)
     return out
 
 

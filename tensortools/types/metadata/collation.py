@@ -10,13 +10,14 @@ import torch
 from torch import Tensor
 from torch.overrides import has_torch_function
 
-from tensortools.types.metadata.batch import batch_size_of, is_dim0, plain_shape
+from tensortools.types.metadata.batch import is_dim0, plain_shape
 from tensortools.types.metadata.dicts import (
     check_batch,
     check_same_keys,
     metadata_of,
     stackable,
 )
+from tensortools.types.metadata.results import batch_size_of
 from tensortools.types.metadata.tensor import MetadataTensor
 
 __all__ = ["collate", "decollate"]

@@ -1,6 +1,7 @@
 """MetadataTensor: a tensor whose ``metadata`` dict follows it through any computation.
 
-The class, on the rules for its dicts (``dicts``); the rules for calls on batches live in
+The class, on the rules for its dicts (``dicts``) and for how results take them
+(``results``, written in C); the rules for calls on batches live in
 the modules above it, which register them here when imported (``BATCH_RULES``,
 ``BATCH_CALLS``, :func:`register_batch_results`)."""
 
@@ -32,6 +33,12 @@ from tensortools.types.metadata.dicts import (
     merge,
     metadata_of,
     sample_rows,
+)
+from tensortools.types.metadata.results import (
+    batch_size_of,
+    carriers,
+    register_class,
+    take_metadata,
 )
 
 __all__ = ["MetadataTensor", "register_batch_results"]
@@ -114,7 +121,7 @@ class MetadataTensor(TensorWrapper):
         None. In a batch, each metadata value holds one entry per sample: a list, or a
         tensor with one row per sample. Setting it (an int, or None to treat the batch
         as one tensor) checks that the metadata and dim 0 hold that many samples."""
-        return getattr(self, "_batch_size", None)
+        return batch_size_of(self)
 
     @batch_size.setter
     def batch_size(self, size: int | None) -> None:
@@ -125,12 +132,12 @@ class MetadataTensor(TensorWrapper):
                     f"got {size!r}"
                 )
             check_batch(metadata_of(self) or {}, size, sample_rows(self))
-        self._batch_size = size
+        take_metadata(self, None, size, False)
 
     @property
     def is_batch(self) -> bool:
         """Whether this tensor is a batch of samples along dim 0 (see :attr:`batch_size`)."""
-        return getattr(self, "_batch_size", None) is not None
+        return batch_size_of(self) is not None
 
     @classmethod
     def wrap_batch(cls, data: Tensor, metadata: dict, batch_size: int) -> MetadataTensor:
@@ -148,7 +155,7 @@ class MetadataTensor(TensorWrapper):
         # no TorchFunctionMode, and the fallback as the compiled path would take it.
         if (
             (type(index) is int or type(index) is slice)
-            and getattr(self, "_batch_size", None) is not None
+            and batch_size_of(self) is not None
             and not _is_torch_function_mode_enabled()
             and _plain_fallback_holds(type(self), _GETITEM, (type(self),))
         ):
@@ -179,10 +186,10 @@ class MetadataTensor(TensorWrapper):
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        size = state.get("_batch_size")
+        size = batch_size_of(self)
         if size is not None:  # (what saves also loads: a batch that holds its samples)
             try:
-                check_batch(dict(state.get("metadata", {})), size, sample_rows(self))
+                check_batch(dict(metadata_of(self) or {}), size, sample_rows(self))
             except ValueError as err:
                 raise pickle.PicklingError(str(err)) from None
         return state
@@ -191,7 +198,7 @@ class MetadataTensor(TensorWrapper):
         super().__setstate__(state)
         if state is not None:
             self.metadata = dict(self.__dict__.get("metadata", {}))
-            size = self.__dict__.get("_batch_size")
+            size = batch_size_of(self)
             if size is not None:
                 try:
                     check_batch(self.metadata, size, sample_rows(self))
@@ -244,13 +251,7 @@ class MetadataTensor(TensorWrapper):
     @classmethod
     def _context_of(cls, tensors: list) -> dict:
         """context, given the call's argument tensors (argument_tensors)."""
-        found, size = [], None
-        for a in tensors:
-            metadata = metadata_of(a) if issubclass(type(a), MetadataTensor) else None
-            if metadata is not None:
-                if not found:
-                    size = getattr(a, "_batch_size", None)
-                found.append(metadata)
+        found, size = carriers(MetadataTensor, tensors)
         merged = merge(_MERGE_POLICY.value_for(cls), found)
         if size is None:
             return merged
@@ -261,9 +262,8 @@ class MetadataTensor(TensorWrapper):
     @classmethod
     def wrap(cls, tensor: Tensor, context: dict) -> MetadataTensor:
         out = cls._instance(tensor)
-        out.metadata = dict(context)
-        if type(context) is _BatchContext and tensor.dim() > 0:
-            out._batch_size = context.batch_size  # (a 0-d result holds no samples)
+        size = context.batch_size if type(context) is _BatchContext else None
+        take_metadata(out, context, size, True)
         return out
 
     @classmethod
@@ -367,6 +367,7 @@ def _kin(cls: type, types: tuple) -> bool:
 _WRAP_METADATA = int(WrapperPath.WRAP_METADATA)
 
 
+register_class(MetadataTensor)  # (the class whose instances batch_size_of reads)
 # torch.load(weights_only=True) may rebuild MetadataTensors once tensortools is imported.
 MetadataTensor._on_settings_change()  # (its record, now that the class exists)
 INSTANCE_WRAPS.add(MetadataTensor.wrap.__func__)
@@ -378,7 +379,7 @@ def _keeps_the_metadata(cls, result):
     problem = coverage_spec.results_of_the_type(cls, result)
     # (a batch of the samples, from torch.stack: one entry per sample)
     for t in tree_leaves(result):
-        size = getattr(t, "_batch_size", None)
+        size = batch_size_of(t)
         want = {"coverage": 1} if size is None else {"coverage": [1] * size}
         if not problem and isinstance(t, cls) and metadata_of(t) != want:
             problem = f"a result's metadata is {metadata_of(t)!r}"
