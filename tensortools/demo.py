@@ -64,12 +64,12 @@ def metadata_tensor() -> None:
     y = torch.nn.functional.relu(m * 2 - 3).sum()
     print(f"relu(m * 2 - 3).sum(): value {y.item()}, metadata {y.metadata}")
     other = MetadataTensor(torch.ones(3), metadata={"units": "s"})
-    with MetadataTensor.merge_policy("strict"):
+    with MetadataTensor.using_merge_policy("strict"):
         try:
             m + other
         except ValueError as err:
             print(f"m + other under the strict merge policy -> ValueError: {err}")
-    with MetadataTensor.tracking(False):
+    with MetadataTensor.using_tracking(False):
         print(f"with tracking off, m + m is a {type(m + m).__name__}")
     scans = [MetadataTensor(torch.rand(1, 8, 8), {"id": f"scan{i}"}) for i in range(4)]
     batch = torch.utils.data.default_collate(scans)  # as a DataLoader batches them

@@ -202,7 +202,7 @@ def _row_sums(b):
 @pytest.mark.parametrize("maker", sorted(BATCHES))
 def test_every_index_form_labels_each_row_with_its_sample(maker, policy):
     failures = []
-    with MetadataTensor.merge_policy(policy):
+    with MetadataTensor.using_merge_policy(policy):
         b = BATCHES[maker]()
         forms = index_forms(b)
         for name, index in forms:

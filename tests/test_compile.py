@@ -148,7 +148,7 @@ def test_two_inputs_merge_as_in_eager():
         return torch.sin(x) * y + x
 
     for policy in ("first", "union"):
-        with MetadataTensor.merge_policy(policy):
+        with MetadataTensor.using_merge_policy(policy):
             out = torch.compile(f, fullgraph=True, backend="eager")(a, b)
             assert_same(out, f(a, b))
         torch._dynamo.reset()
@@ -177,7 +177,7 @@ def test_recompiles_only_when_metadata_changes():
 def test_tracking_off_compiles_the_plain_computation():
     m = MetadataTensor(torch.randn(6), {"k": 1})
     f = torch.compile(_chain, fullgraph=True, backend="eager")
-    with MetadataTensor.tracking(False):
+    with MetadataTensor.using_tracking(False):
         out = f(m)
         expected = _chain(m)
     assert type(out) is torch.Tensor and type(expected) is torch.Tensor

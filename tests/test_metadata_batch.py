@@ -303,7 +303,7 @@ def test_stack_along_another_dim_follows_the_merge_policy_and_stack_of_batches_i
     s = torch.stack(items, dim=1)
     assert s.batch_size is None
     assert_same(s.metadata, sample_metadata(0))  # "first"
-    with MetadataTensor.merge_policy("union"):
+    with MetadataTensor.using_merge_policy("union"):
         assert_same(torch.stack(items, 2).metadata, sample_metadata(0))
     first, second = by_collate(2), torch.stack(samples(4)[2:])
     steps = torch.stack([first, second])  # time-major steps of batches: a batch of steps
@@ -658,7 +658,7 @@ def test_two_threads_taking_batches_apart_interleaved():
     def work(tag, policy):
         items = [MetadataTensor(torch.full((2,), float(i)), {"id": f"{tag}{i}"}) for i in range(3)]
         try:
-            with MetadataTensor.merge_policy(policy):
+            with MetadataTensor.using_merge_policy(policy):
                 for _ in range(rounds):
                     b = torch.stack(items)
                     barrier.wait()

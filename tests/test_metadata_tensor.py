@@ -42,7 +42,7 @@ def test_calls_keep_metadata_and_values(name):
 
 def _python_path():
     """A merge policy equal to "first" that the compiled path does not take."""
-    return MetadataTensor.merge_policy(lambda dicts: dict(dicts[0]))
+    return MetadataTensor.using_merge_policy(lambda dicts: dict(dicts[0]))
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
@@ -77,7 +77,7 @@ def test_untracked_calls_agree_on_both_paths(name):
     x, y = torch.randn(3, 4), torch.randn(3, 4)
     results = []
     for cls in (MetadataTensor, _PythonPath):
-        with MetadataTensor.tracking(False):
+        with MetadataTensor.using_tracking(False):
             got = CALLS[name](cls(x.clone(), {"src": "x"}), cls(y.clone(), {"src": "y"}))
         kinds = ["own" if type(t) is cls else type(t) for t in tensors_in(got)]
         results.append((got, kinds))
@@ -173,27 +173,27 @@ def test_merge_policies():
     b = MetadataTensor(torch.ones(2), {"k": 2, "b": "B"})
     assert (a + b).metadata == {"k": 1, "a": "A"}
     assert (b + a).metadata == {"k": 2, "b": "B"}
-    with MetadataTensor.merge_policy("union"):
+    with MetadataTensor.using_merge_policy("union"):
         assert (a + b).metadata == {"k": 1, "a": "A", "b": "B"}
         assert torch.cat([b, a]).metadata == {"k": 2, "b": "B", "a": "A"}
-    with MetadataTensor.merge_policy("strict"):
+    with MetadataTensor.using_merge_policy("strict"):
         with pytest.raises(ValueError, match="key 'k' has conflicting values 1 and 2"):
             a + b
         c = MetadataTensor(torch.ones(2), {"k": 1, "c": torch.ones(2)})
         d = MetadataTensor(torch.ones(2), {"k": 1, "c": torch.ones(2)})
         assert (c + d).metadata.keys() == {"k", "c"}
-    with MetadataTensor.merge_policy(lambda ds: {"n": len(ds)}):
+    with MetadataTensor.using_merge_policy(lambda ds: {"n": len(ds)}):
         assert torch.stack([a, b, a], dim=1).metadata == {"n": 3}
-    assert MetadataTensor._merge_policy == "first"
+    assert MetadataTensor.merge_policy == "first"
     with pytest.raises(ValueError, match="'policy' must be one of"):
         MetadataTensor.set_merge_policy("last")
-    with MetadataTensor.merge_policy(lambda ds: 3), pytest.raises(TypeError, match="dict"):
+    with MetadataTensor.using_merge_policy(lambda ds: 3), pytest.raises(TypeError, match="dict"):
         torch.add(a, b)
 
 
 def test_tracking_switch():
     m = MetadataTensor(torch.ones(3), {"k": 1})
-    with MetadataTensor.tracking(False):
+    with MetadataTensor.using_tracking(False):
         r = m * 2 + 1
         assert type(r) is torch.Tensor
         torch.testing.assert_close(r, torch.full((3,), 3.0))

@@ -196,7 +196,7 @@ def test_attributes_the_class_defines_are_refused_when_saving(make, name):
     "state,words",
     [
         ({"metadata": 5}, "'metadata' must be a dict"),
-        ({"metadata": {}, "_merge_policy": "union"}, "'_merge_policy' is not an attribute"),
+        ({"metadata": {}, "merge_policy": "union"}, "'merge_policy' is not an attribute"),
         ({"metadata": {}, "__class__": LoggingTensor}, "'__class__' is not an attribute"),
         ({"__dict__": {}}, "'__dict__' is not an attribute"),
         ({"not an identifier": 1}, "is not an attribute"),

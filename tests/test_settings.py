@@ -89,7 +89,7 @@ def test_tracking_is_per_thread():
         return type(torch.add(MetadataTensor(torch.ones(2), {"k": 1}), 1)).__name__
 
     check_thread_local(
-        lambda n: MetadataTensor.tracking(n == "B"),
+        lambda n: MetadataTensor.using_tracking(n == "B"),
         seen,
         {"A": "Tensor", "B": "MetadataTensor"},
         "MetadataTensor",
@@ -102,7 +102,7 @@ def test_merge_policy_is_per_thread():
         return tuple(sorted((a + b).metadata))
 
     check_thread_local(
-        lambda n: MetadataTensor.merge_policy("union" if n == "A" else "first"),
+        lambda n: MetadataTensor.using_merge_policy("union" if n == "A" else "first"),
         seen,
         {"A": ("a", "b"), "B": ("a",)},
         ("a",),
@@ -246,26 +246,26 @@ def test_class_body_policy_and_bad_policies():
     with pytest.raises(ValueError, match="'policy' must be one of"):
         ScalarTensor.using_policy("lenient")
     with pytest.raises(ValueError, match="'policy' must be one of"):
-        MetadataTensor.merge_policy("sometimes")
+        MetadataTensor.using_merge_policy("sometimes")
 
 
 def test_class_body_settings_of_a_metadata_tensor_subclass():
     class Untracked(MetadataTensor):
-        _tracking = False
+        tracking = False
 
     class Unioned(MetadataTensor):
-        _merge_policy = "union"
+        merge_policy = "union"
 
     assert type(torch.neg(Untracked(torch.ones(1), {"k": 1}))) is torch.Tensor
     a, b = Unioned(torch.ones(1), {"a": 1}), Unioned(torch.ones(1), {"b": 2})
     assert (a + b).metadata == {"a": 1, "b": 2}
-    assert MetadataTensor._tracking is True and MetadataTensor._merge_policy == "first"
-    with Untracked.tracking(True):
+    assert MetadataTensor.tracking is True and MetadataTensor.merge_policy == "first"
+    with Untracked.using_tracking(True):
         assert isinstance(torch.neg(Untracked(torch.ones(1))), Untracked)
     with pytest.raises(ValueError, match="'policy' must be one of"):
 
         class Bad(MetadataTensor):  # noqa: F841
-            _merge_policy = "sometimes"
+            merge_policy = "sometimes"
 
 
 def test_blocks_that_end_out_of_order_leave_nothing_behind():
@@ -280,13 +280,13 @@ def test_blocks_that_end_out_of_order_leave_nothing_behind():
         with capture_logs() as logs:
             yield logs
 
-    with MetadataTensor.tracking(False):
+    with MetadataTensor.using_tracking(False):
         suspended = policy_block()
         next(suspended)
         assert ScalarTensor.policy == "strict"  # (the generator runs in this context)
-    assert MetadataTensor._tracking is True and ScalarTensor.policy == "strict"
+    assert MetadataTensor.tracking is True and ScalarTensor.policy == "strict"
     suspended.close()
-    assert MetadataTensor._tracking is True and ScalarTensor.policy == "fallback"
+    assert MetadataTensor.tracking is True and ScalarTensor.policy == "fallback"
     assert type(torch.neg(MetadataTensor(torch.ones(1), {"k": 1}))) is MetadataTensor
 
     with capture_logs() as outer:
@@ -305,23 +305,23 @@ def test_a_block_ended_in_another_thread_ends_in_its_own():
     seen = []
 
     def leave_elsewhere():
-        with MetadataTensor.tracking(False):
+        with MetadataTensor.using_tracking(False):
             block.__exit__(None, None, None)
-            seen.append((ScalarTensor.policy, MetadataTensor._tracking))
+            seen.append((ScalarTensor.policy, MetadataTensor.tracking))
 
     thread = threading.Thread(target=leave_elsewhere)
     thread.start()
     thread.join()
     assert seen == [("fallback", False)]
-    assert ScalarTensor.policy == "fallback" and MetadataTensor._tracking is True
+    assert ScalarTensor.policy == "fallback" and MetadataTensor.tracking is True
 
 
 # Every kind of block, with what the calling thread sees inside it and outside.
 BLOCKS = {
-    "tracking": (lambda: MetadataTensor.tracking(False), lambda: MetadataTensor._tracking),
+    "tracking": (lambda: MetadataTensor.using_tracking(False), lambda: MetadataTensor.tracking),
     "merge_policy": (
-        lambda: MetadataTensor.merge_policy("union"),
-        lambda: MetadataTensor._merge_policy,
+        lambda: MetadataTensor.using_merge_policy("union"),
+        lambda: MetadataTensor.merge_policy,
     ),
     "using_policy ScalarTensor": (
         lambda: ScalarTensor.using_policy("strict"),
@@ -399,7 +399,7 @@ def test_a_block_held_by_a_generator_ends_wherever_the_generator_is_finalized(
         assert not errors, errors
         assert finalizer_saw == [outside, outside]  # its own thread never saw the block
     else:
-        with MetadataTensor.tracking(True), ScalarTensor.using_policy("fallback"):
+        with MetadataTensor.using_tracking(True), ScalarTensor.using_policy("fallback"):
             pass  # (another block opened and closed meanwhile)
         FINALIZERS[finalize](holder)
     assert not holder and seen() == outside
@@ -436,9 +436,6 @@ VALUES = {
     "tracking": (True, False, None),
 }
 
-#: Settings declared under a private name, which do not take the vocabulary yet.
-PRIVATE = {("MetadataTensor", "_merge_policy"), ("MetadataTensor", "_tracking")}
-
 
 def settings_of(cls: type) -> dict[str, Any]:
     """name -> ClassSetting, for every setting cls has (its own and its parents')."""
@@ -454,14 +451,13 @@ SETTINGS = [
     (cls, name)
     for cls in (ScalarTensor, MetadataTensor, LoggingTensor, Strictable, StrictableChild)
     for name in settings_of(cls)
-    if (cls.__name__, name) not in PRIVATE
 ]
 
 
 def test_every_type_has_the_settings_it_documents():
     assert {(c.__name__, n) for c, n in SETTINGS} >= {
         (t, "policy") for t in ("ScalarTensor", "MetadataTensor", "LoggingTensor", "Strictable")
-    }
+    } | {("MetadataTensor", "merge_policy"), ("MetadataTensor", "tracking")}
     assert all(name in VALUES for _, name in SETTINGS)
 
 
@@ -531,5 +527,4 @@ def test_settings_are_read_through_the_setting_at_call_time():
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Attribute) and node.attr.startswith("_global_")
     }
-    # (MetadataTensor's record reads its two settings' storage directly, for now)
-    assert {r.split(":")[0] for r in readers} <= {"types/metadata/tensor.py"}, readers
+    assert not readers

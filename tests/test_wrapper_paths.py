@@ -427,7 +427,7 @@ def test_every_policy_sees_the_metadata_of_every_class(policy, call, path):
     order = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, MetadataTensor)]
     expected = _merged(policy, [a.metadata for a in order])
     context = python_path(Child, MetadataTensor) if path == "python" else contextlib.nullcontext()
-    with context, MetadataTensor.merge_policy(policy):
+    with context, MetadataTensor.using_merge_policy(policy):
         result = func(*args, **kwargs)
     assert isinstance(result, MetadataTensor)
     assert result.metadata == expected
@@ -437,7 +437,7 @@ def test_every_policy_sees_the_metadata_of_every_class(policy, call, path):
 def test_strict_policy_sees_a_parents_conflicting_metadata(policy):
     parent = MetadataTensor(torch.ones(2), {"k": 1})
     child = Child(torch.ones(2), {"k": 2})
-    with MetadataTensor.merge_policy(policy):
+    with MetadataTensor.using_merge_policy(policy):
         if policy == "strict":
             with pytest.raises(ValueError, match="conflicting values 2 and 1"):
                 child + parent

@@ -87,7 +87,7 @@ def dispatch_rows(
             measures[name, "torch.sin"] = lambda t=t: time_call(lambda: torch.sin(t), min_run_time)
 
         def untracked(op, t=cases["MetadataTensor"]):
-            # (set_tracking, process-wide: a tracking(False) block, which holds in one
+            # (set_tracking, process-wide: a using_tracking(False) block, which holds in one
             # thread, sends that thread's calls through the Python path)
             previous = MetadataTensor.set_tracking(False)
             try:

@@ -43,9 +43,8 @@ from tensortools.types.metadata.results import (
 
 __all__ = ["MetadataTensor", "register_batch_results"]
 
-#: Rules for calls with a batch among their arguments (tensortools.types.metadata.batch
-#: fills it): function -> rule(cls, func, types, args, kwargs), NotImplemented where the
-#: call takes no batch apart.
+#: Rules for calls with a batch among their arguments (metadata.batch fills it): function ->
+#: rule(cls, func, types, args, kwargs), NotImplemented where the call takes none apart.
 BATCH_RULES: dict[Callable, Callable] = {}
 
 #: The functions whose calls with a batch among their arguments the compiled path may run
@@ -67,6 +66,22 @@ def _batch_results(func, args, kwargs, out, tensors):
     return out  # (until register_batch_results replaces it)
 
 
+def _check_merge_policy(cls: type, policy: Any) -> MergePolicy:
+    check_merge_policy(policy)
+    return policy
+
+
+def _check_tracking(cls: type, enabled: Any) -> bool:
+    if not isinstance(enabled, bool):
+        raise TypeError(f"{cls.__name__}: 'tracking' must be a bool, got {type(enabled).__name__}")
+    return enabled
+
+
+#: The class's two settings (docs/settings.md), read at call time through value_for.
+MERGE_POLICY = ClassSetting("first", storage="_global_merge_policy", check=_check_merge_policy)
+TRACKING = ClassSetting(True, storage="_global_tracking", check=_check_tracking)
+
+
 class _BatchContext(dict):
     """The metadata results take from a call whose first metadata-carrying argument is a
     batch, and that batch's size."""
@@ -82,9 +97,10 @@ class MetadataTensor(TensorWrapper):
     gradients flow back to it) or anything ``torch.as_tensor`` takes. Every tensor a call
     returns (in tuples, lists and named tuples too) is a MetadataTensor with its own copy
     of the merged metadata of the call's MetadataTensor arguments. How several inputs'
-    metadata merge is :meth:`set_merge_policy`'s to say; :meth:`set_tracking` turns the
-    whole mechanism off. Both setters act for every thread; their context managers
-    (:meth:`merge_policy`, :meth:`tracking`) for the block, in the current thread only.
+    metadata merge is the setting ``merge_policy``'s to say; ``tracking`` turns the whole
+    mechanism off. Each is set for every thread (``set_<name>``), for a block in the
+    current thread only (``using_<name>``) and read as ``cls.<name>``, as every setting is
+    (docs/settings.md); a subclass body may declare its own.
 
     When another overriding type takes part in a call, the result is a MetadataTensor
     even if that type produced it: metadata is data and must not be lost.
@@ -96,8 +112,8 @@ class MetadataTensor(TensorWrapper):
     """
 
     wrap_foreign: ClassVar[bool] = True
-    _merge_policy: ClassVar[MergePolicy] = ClassSetting("first", storage="_global_merge_policy")
-    _tracking: ClassVar[bool] = ClassSetting(True, storage="_global_tracking")
+    merge_policy: ClassVar[MergePolicy] = MERGE_POLICY
+    tracking: ClassVar[bool] = TRACKING
 
     metadata: dict
 
@@ -216,26 +232,24 @@ class MetadataTensor(TensorWrapper):
         ``"strict"`` (a key with different values raises ValueError), ``"union"`` (all
         keys; the first argument holding a key gives its value) or a callable taking the
         list of input dicts and returning the result's dict. Returns the previous one."""
-        check_merge_policy(policy)
-        return _MERGE_POLICY.set(cls, policy)
+        return MERGE_POLICY.set(cls, policy)
 
     @classmethod
-    def merge_policy(cls, policy: MergePolicy) -> contextlib.AbstractContextManager:
+    def using_merge_policy(cls, policy: MergePolicy) -> contextlib.AbstractContextManager:
         """Context manager: ``policy`` inside the block, in the current thread only."""
-        check_merge_policy(policy)
-        return _MERGE_POLICY.override(cls, policy)
+        return MERGE_POLICY.override(cls, policy)
 
     @classmethod
     def set_tracking(cls, enabled: bool) -> bool:
         """Turn metadata tracking on or off, for every thread; returns the previous
         setting. While off, calls return plain tensors at plain-tensor speed."""
-        return _TRACKING.set(cls, bool(enabled))
+        return TRACKING.set(cls, enabled)
 
     @classmethod
-    def tracking(cls, enabled: bool) -> contextlib.AbstractContextManager:
+    def using_tracking(cls, enabled: bool) -> contextlib.AbstractContextManager:
         """Context manager: tracking on or off inside the block, in the current thread
         only."""
-        return _TRACKING.override(cls, bool(enabled))
+        return TRACKING.override(cls, enabled)
 
     # -- dispatch --------------------------------------------------------------------
 
@@ -252,7 +266,7 @@ class MetadataTensor(TensorWrapper):
     def _context_of(cls, tensors: list) -> dict:
         """context, given the call's argument tensors (argument_tensors)."""
         found, size = carriers(MetadataTensor, tensors)
-        merged = merge(_MERGE_POLICY.value_for(cls), found)
+        merged = merge(MERGE_POLICY.value_for(cls), found)
         if size is None:
             return merged
         context = _BatchContext(merged)
@@ -287,15 +301,10 @@ class MetadataTensor(TensorWrapper):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        # A class body's own `_tracking = False` or `_merge_policy = "union"` becomes that
+        # A class body's own `tracking = False` or `merge_policy = "union"` becomes that
         # class's process-wide setting.
-        for setting in (_MERGE_POLICY, _TRACKING):
-            if setting.adopt(cls) is not setting:
-                value = getattr(cls, setting.storage)
-                if setting is _TRACKING:
-                    setting.set(cls, bool(value))
-                else:
-                    check_merge_policy(value)
+        MERGE_POLICY.adopt(cls)
+        TRACKING.adopt(cls)
         cls._on_settings_change()  # (the class body's settings, adopted just now)
 
     # -- dispatch: the compiled path of TensorWrapper, and the Python one ----------------
@@ -307,9 +316,9 @@ class MetadataTensor(TensorWrapper):
         # take the Python path.
         if not keeps_hooks(cls, MetadataTensor):
             return WrapperPath.PYTHON
-        if not cls._global_tracking:
+        if not TRACKING.global_value(cls):
             return WrapperPath.PLAIN
-        if cls._global_merge_policy == "first":
+        if MERGE_POLICY.global_value(cls) == "first":
             return WrapperPath.WRAP_METADATA
         return WrapperPath.PYTHON
 
@@ -328,15 +337,9 @@ class MetadataTensor(TensorWrapper):
             # (a batch's call, which the compiled path leaves here with every setting at
             # its process-wide value: the fallback, without the walk through the table)
             return cls.fallback(func, types, args, kwargs or {})
-        if _TRACKING.value_for(cls):
+        if TRACKING.value_for(cls):
             return super()._python_torch_function(func, types, args, kwargs)
         return cls.call_plain(func, types, args, kwargs or {})[0]
-
-
-# The class's two settings (code traced by torch.compile reads them through these: see
-# ClassSetting.value_for).
-_MERGE_POLICY: ClassSetting = MetadataTensor.__dict__["_merge_policy"]
-_TRACKING: ClassSetting = MetadataTensor.__dict__["_tracking"]
 
 
 _OWN_CONTEXT = MetadataTensor.context.__func__
