@@ -24,7 +24,7 @@ import torch
 import tensortools
 from tensortools import LoggingTensor, MetadataTensor
 from tensortools._native import C
-from tensortools.dispatch import wrapper
+from tensortools.dispatch import results as dispatch_results
 from tensortools.types.metadata import results
 from tensortools.types.metadata.results import batch_size_of, carriers, take_metadata
 
@@ -205,7 +205,7 @@ def test_torch_compile_traces_the_stand_ins_with_eagers_results():
 
 
 def test_the_python_path_adopts_results_by_the_compiled_paths_rule():
-    assert wrapper._adopt is C.wrapper_adopt
+    assert dispatch_results._adopt is C.wrapper_adopt
     fresh = torch.zeros(2)
     assert C.wrapper_adopt(MetadataTensor, fresh) is True and type(fresh) is MetadataTensor
     held = torch.zeros(2)
