@@ -8,10 +8,7 @@ each piece its samples' metadata; ``torch.cat`` of batches along dim 0 joins the
 rule of every other call is :mod:`~tensortools.types.metadata.batch_rule`'s table; how
 batches are built, :mod:`~tensortools.types.metadata.collation`).
 
-Where the rules run: ``BATCH_RULES`` (function -> rule) is read by
-:meth:`MetadataTensor.fallback`, and the compiled path hands a call of one of its
-functions to the Python path only when a batch is among the arguments; every other call,
-a batch's included, stays compiled (its results take the batch size).
+Where the rules run: See Note [Batch rules] in docs/design.md.
 """
 
 from __future__ import annotations
