@@ -193,6 +193,7 @@ def _cases(op, variants):
             return
 
 
+@pytest.mark.slow
 def test_op_db_sweep_labels_every_row_with_the_sample_it_holds():
     ops = list(_op_db())
     ops = sorted(tiers.sample(ops, OPS_SAMPLED, "batch rule"), key=lambda o: o.name)

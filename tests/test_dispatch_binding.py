@@ -49,6 +49,7 @@ def _check(cls, **options):
     )
 
 
+@pytest.mark.slow
 def test_every_handled_function_takes_torch_keywords():
     """Each positional parameter passed by torch's name (and by the NumPy aliases torch
     accepts), in the function and method forms, against the positional call, for every
@@ -73,6 +74,7 @@ def test_metadata_stack_by_keyword():
         torch.testing.assert_close(got.as_subclass(torch.Tensor), want.as_subclass(torch.Tensor))
 
 
+@pytest.mark.slow
 def test_batch_rules_read_torch_keywords():
     """A MetadataTensor batch taken apart or reduced with keywords (``torch.select(b,
     dim=0, index=1)``, ``b.sum(axis=0)``) gives each piece its samples' metadata, as the
@@ -110,6 +112,7 @@ def test_batch_rules_read_torch_keywords():
     assert report.samples >= 30
 
 
+@pytest.mark.slow
 def test_aliases_op_db_reaches_only_through_their_entry():
     """ScalarTensor handles torch's aliases (arcsin, absolute, det, clip, ...): each runs
     the entry's samples under its own name."""

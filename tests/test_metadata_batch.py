@@ -590,6 +590,7 @@ def test_crafted_files_with_bad_batches_are_refused_at_load():
 # -- compiled ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_compiled_model_with_per_sample_indexing_matches_eager():
     torch._dynamo.reset()
     model = torch.nn.Conv2d(3, 2, 3, padding=1)

@@ -358,6 +358,7 @@ def _sweep(func, forms):
     return checked, failures
 
 
+@pytest.mark.slow
 def test_handlers_get_every_call_as_torch_binds_it():
     targets = tiers.sample(_targets(), 150, "binding sweep")
     checked, failures = 0, []

@@ -324,6 +324,7 @@ def test_malformed_instances_get_the_python_paths_answer():
                     assert got == want, (pair, n, func)
 
 
+@pytest.mark.slow
 def test_hostile_instances_do_not_crash_the_process():
     code = textwrap.dedent(
         """

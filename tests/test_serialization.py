@@ -299,6 +299,7 @@ def _scalar_tensors_of_every_kind():
     return made
 
 
+@pytest.mark.slow
 def test_every_kind_of_scalar_tensor_round_trips():
     failures, made = [], _scalar_tensors_of_every_kind()
     for label, d in made:

@@ -509,6 +509,7 @@ def stack_refusal(err):
     return cannot_hold(err) or (isinstance(err, ValueError) and "samples of a batch" in str(err))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["MetadataTensor", "LoggingTensor"])
 def test_the_wrapper_types_pass_samples_with_several_tensors(name):
     cls, make, options = TYPES[name]
