@@ -110,6 +110,17 @@ def test_a_dense_right_hand_side_that_is_not_finite_goes_to_the_dense_solve():
         torch.linalg.solve(d, torch.ones(3, 2))  # the sizes disagree, as dense
 
 
+#: The dtype a float32 (complex64) answer is checked in where the dense call's is off.
+_WIDER = {torch.float32: torch.float64, torch.complex64: torch.complex128}
+
+
+def _narrowed(result, dtype):
+    """A float64 (complex128) result's floating tensors as `dtype`, the rest as they are."""
+    if isinstance(result, torch.Tensor):
+        return result.to(dtype) if result.is_floating_point() or result.is_complex() else result
+    return type(result)([_narrowed(r, dtype) for r in result])
+
+
 def _reproducible(first, second):
     """Whether two results of one dense call are the same, bit for bit (NaN as NaN)."""
     pairs = [(first, second)] if isinstance(first, torch.Tensor) else zip(first, second)
@@ -132,8 +143,6 @@ def test_solves_with_a_dense_right_hand_side_equal_the_dense_call(call):
         ],
     }[call]
     structured = 0
-    # (seeded: at the edge of float32's range LAPACK's least squares and the structured
-    # answer part by a few ulps on some right-hand sides)
     torch.manual_seed(0)
     for dtype in (torch.float32, torch.float64, torch.complex64, torch.float16):
         for value in special_values(dtype):
@@ -154,7 +163,17 @@ def test_solves_with_a_dense_right_hand_side_equal_the_dense_call(call):
                         assert got_error is None, (where, got_error)
                         if not _reproducible(want, fn(d.tensor(), b)):
                             continue  # gelsy on tiny values: the dense call disagrees with itself
-                        same_result(got, want, where)
+                        try:
+                            same_result(got, want, where)
+                        except AssertionError:
+                            if dtype not in _WIDER:
+                                raise
+                            # (at the edge of float32's range LAPACK's least squares is a
+                            # few ulps off on some right-hand sides, and which ones depends
+                            # on the run: the structured answer must then be right by the
+                            # dense call in float64, rounded)
+                            wide = fn(d.tensor().to(_WIDER[dtype]), b.to(_WIDER[dtype]))
+                            same_result(got, _narrowed(wide, dtype), where + " (float64)")
                         with ScalarTensor.using_policy("strict"):
                             structured += call_outcome(fn, d, (b,), {})[1] is None
     assert structured > 0
