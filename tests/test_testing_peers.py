@@ -292,7 +292,10 @@ def test_tensordict_memmap_in_files_over_all_of_op_db(tensordict):
             "weights_only=True) refuses" in f.reason and "builtins.getattr" in f.reason
         ),
     }
-    assert_found(report, {**MEMMAP_FOUND, **serialization})
+    # (of the whole run's findings, only the values check's is among these checks: an
+    # empty tensor maps into a file)
+    grow = "test_tensordict_memmap_cannot_grow"
+    assert_found(report, {grow: MEMMAP_FOUND[grow], **serialization})
 
 
 @pytest.mark.xfail(
