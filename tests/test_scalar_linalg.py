@@ -121,6 +121,16 @@ def _narrowed(result, dtype):
     return type(result)([_narrowed(r, dtype) for r in result])
 
 
+def _within(got, want, rtol, where):
+    """A result against another, field by field, to a relative tolerance alone."""
+    pairs = [(got, want)] if isinstance(want, torch.Tensor) else zip(got, want, strict=True)
+    for g, w in pairs:
+        assert g.dtype == w.dtype and g.shape == w.shape, (where, g, w)
+        torch.testing.assert_close(
+            g, w, rtol=rtol, atol=0, equal_nan=True, msg=lambda m: f"{where}: {m}"
+        )
+
+
 def _reproducible(first, second):
     """Whether two results of one dense call are the same, bit for bit (NaN as NaN)."""
     pairs = [(first, second)] if isinstance(first, torch.Tensor) else zip(first, second)
@@ -163,6 +173,9 @@ def test_solves_with_a_dense_right_hand_side_equal_the_dense_call(call):
                         assert got_error is None, (where, got_error)
                         if not _reproducible(want, fn(d.tensor(), b)):
                             continue  # gelsy on tiny values: the dense call disagrees with itself
+                        with ScalarTensor.using_policy("strict"):
+                            declined = call_outcome(fn, d, (b,), {})[1] is not None
+                        structured += not declined
                         try:
                             same_result(got, want, where)
                         except AssertionError:
@@ -170,12 +183,17 @@ def test_solves_with_a_dense_right_hand_side_equal_the_dense_call(call):
                                 raise
                             # (at the edge of float32's range LAPACK's least squares is a
                             # few ulps off on some right-hand sides, and which ones depends
-                            # on the run: the structured answer must then be right by the
-                            # dense call in float64, rounded)
-                            wide = fn(d.tensor().to(_WIDER[dtype]), b.to(_WIDER[dtype]))
-                            same_result(got, _narrowed(wide, dtype), where + " (float64)")
-                        with ScalarTensor.using_policy("strict"):
-                            structured += call_outcome(fn, d, (b,), {})[1] is None
+                            # on the run: a structured answer must then be right by the
+                            # dense call in float64, rounded; where the handler declines,
+                            # the answer is LAPACK's own, which differs from one call to
+                            # the next by up to 1.3e-4 relatively at value 1.2e-38)
+                            wide = _narrowed(
+                                fn(d.tensor().to(_WIDER[dtype]), b.to(_WIDER[dtype])), dtype
+                            )
+                            if not declined:
+                                same_result(got, wide, where + " (float64)")
+                            else:
+                                _within(got, wide, 1e-3, where + " (declined, float64)")
     assert structured > 0
 
 
