@@ -15,14 +15,14 @@ from _support.packages import Package, imports
 import tensortools
 from tensortools.dispatch import wrapper
 from tensortools.types import metadata
-from tensortools.types.metadata import batch_rule, tensor
+from tensortools.types.metadata import batch_rule, batch_settle, tensor
 
 PACKAGE = pathlib.Path(metadata.__file__).parent
 PREFIX = "tensortools.types.metadata"
 PKG = Package(PREFIX, PACKAGE)
 MODULES = PKG.modules
 # the modules with the batch rules: none of the class's modules may import them
-BATCH = {"batch", "collation", "batch_verdict", "batch_moves", "batch_rule"}
+BATCH = {"batch", "collation", "batch_verdict", "batch_moves", "batch_rule", "batch_settle"}
 
 
 def test_the_package_has_the_documented_modules():
@@ -59,10 +59,11 @@ def test_imports_point_one_way():
     # package; the class only those rules; the batch rules sit over the class
     assert graph["dicts"] == graph["results"] == graph["batch_index"] == set()
     assert graph["tensor"] == {"dicts", "results"}
-    assert "tensor" in graph["batch"] and "batch" in graph["batch_rule"]
+    assert "tensor" in graph["batch"] and "batch" in graph["batch_settle"]
     assert not graph["batch"] & BATCH and not graph["collation"] & BATCH - {"batch"}
     assert graph["batch_moves"] & BATCH == {"batch", "batch_verdict"}
     assert {"batch_verdict", "batch_moves"} <= graph["batch_rule"]
+    assert "batch_rule" in graph["batch_settle"] and "batch_settle" not in graph["batch_rule"]
 
 
 def test_no_private_name_crosses_a_module_border():
@@ -71,7 +72,7 @@ def test_no_private_name_crosses_a_module_border():
 
 def test_the_batch_modules_registered_their_rules_on_the_class():
     # the table's rule for results, and the calls the compiled path keeps batches through
-    assert tensor._batch_results is batch_rule.settle
+    assert tensor._batch_results is batch_settle.settle
     assert set(tensor.BATCH_CALLS) == batch_rule.functions_for_the_compiled_path(tensor.BATCH_RULES)
     assert torch.exp in tensor.BATCH_CALLS and torch.cat not in tensor.BATCH_CALLS
     assert {torch.cat, torch.Tensor.__getitem__, torch.unbind} <= set(tensor.BATCH_RULES)

@@ -26,20 +26,7 @@ import torch
 from torch import Tensor
 
 from tensortools._optional import tool_import
-from tensortools._progress import Progress
-from tensortools._spec import CoverageSpec, spec_for
-from tensortools.testing.aliases import check_aliases
-from tensortools.testing.autograd import check_autograd
-from tensortools.testing.batches import check_batches
-from tensortools.testing.binding import check_binding
-from tensortools.testing.compiled import check_compile
-from tensortools.testing.edges import check_edges
-from tensortools.testing.func import check_func
-from tensortools.testing.layouts import check_layouts
-from tensortools.testing.leaks import check_leaks
-from tensortools.testing.modules import check_modules
-from tensortools.testing.mutation import check_mutation
-from tensortools.testing.promotion import check_promotion, promotion_samples
+from tensortools.testing.hooks import Make, options_from_coverage_hooks, own_rule
 from tensortools.testing.report import (
     Failure,
     FailureGroup,
@@ -48,11 +35,9 @@ from tensortools.testing.report import (
     Unsupported,
 )
 from tensortools.testing.run import Run, _process_state, _restore_process_state
-from tensortools.testing.samples import Sample, SampleHook, function_names, op_samples, shaped
-from tensortools.testing.serialization import check_serialization
+from tensortools.testing.samples import Sample, SampleHook, function_names
+from tensortools.testing.steps import run_checks
 from tensortools.testing.surveys import ExportReport, OverheadReport, export_report, overhead_report
-from tensortools.testing.threads import check_threads
-from tensortools.testing.values import check_values_and_types
 
 __all__ = [
     "CHECKS",
@@ -105,7 +90,6 @@ DEFAULT_CHECKS = tuple(c for c in CHECKS if c not in ON_REQUEST)
 #: Seconds a run takes before its progress bar is drawn (shorter runs show none).
 PROGRESS_DELAY = 3.0
 
-Make = Callable[[Tensor], Any]
 Settings = Mapping[str, tuple[Callable[[], AbstractContextManager], Callable[[], Any]]]
 
 
@@ -297,7 +281,7 @@ def check_type(
     run.structured = structured
     run.compile_backends = compile_backends
     if rule is None:
-        run.own_rule = _own_rule(cls)
+        run.own_rule = own_rule(cls)
     # (the random generator, which the checks seed, and torch's settings, which a type's
     # calls may change, are put back after the run: no code after it inherits them)
     options = {
@@ -312,10 +296,11 @@ def check_type(
         "dtypes": tuple(dtypes),
         "ops_given": ops is not None,
         "views_copy": bool(views_copy),
+        "progress_delay": PROGRESS_DELAY,
     }
     state = _process_state()
     try:
-        samples = _run_checks(run, checks, ops, dtypes, max_samples, instances, options)
+        samples = run_checks(run, checks, ops, dtypes, max_samples, instances, options)
     finally:
         _restore_process_state(state)
     if not run.made and (samples or "modules" in checks):
@@ -344,143 +329,6 @@ def check_type(
     if raise_on_failure and report.failures:
         raise TypeCheckError(report)
     return report
-
-
-def _run_checks(
-    run: Run,
-    checks: tuple[str, ...],
-    ops: Iterable[str] | None,
-    dtypes: Sequence[torch.dtype],
-    max_samples: int,
-    instances: Sequence[str],
-    options: dict[str, Any],
-) -> list[Sample]:
-    """Every check the run asks for, over the samples; returns the samples."""
-    gradcheck_samples = options["gradcheck_samples"]
-    serialization_samples = options["serialization_samples"]
-    compile_samples = options["compile_samples"]
-    safe_globals = options["safe_globals"]
-    hook = options["samples"]
-    # (the batches check makes its own samples: run alone, it needs no op_db)
-    sampled = bool(set(checks) - {"batches"})
-    samples = (
-        shaped(op_samples(ops, dtypes, max_samples, tuple(instances)), hook) if sampled else []
-    )
-    if ops is not None and sampled:  # a function asked for and never run must not pass unseen
-        for name in sorted(set(ops) - {s.name for s in samples}):
-            run.failures.append(
-                Failure("values", name, "-", "no op_db sample of this name could be run")
-            )
-    seen: dict = {}  # samples so far per function: the costly checks take the first
-    if "promotion" in checks:  # (integer and bool samples: for this check alone)
-        for s in shaped(promotion_samples(ops), hook):
-            run.guarded("promotion", s, lambda: check_promotion(run, s))
-    # (a bar on stderr once the run has taken PROGRESS_DELAY seconds; tqdm where installed)
-    bar = Progress(
-        len(samples),
-        f"check_type({run.cls.__name__})",
-        options["progress"],
-        unit="sample",
-        delay=PROGRESS_DELAY,
-    )
-    for s in samples:
-        bar.step()
-        k = seen[s.name] = seen.get(s.name, -1) + 1
-        if s.input_only:  # (compile's count: the samples it can run)
-            k_input = seen[s.name, "input"] = seen.get((s.name, "input"), -1) + 1
-        steps = [
-            (
-                "values",
-                lambda: check_values_and_types(run, s, checks),
-                "values" in checks or "types" in checks,
-            ),
-            ("layouts", lambda: check_layouts(run, s), "layouts" in checks and k == 0),
-            # (with values or types, the mutation check watches their calls)
-            (
-                "mutation",
-                lambda: check_mutation(run, s),
-                "mutation" in checks and not {"values", "types"} & set(checks),
-            ),
-            ("promotion", lambda: check_promotion(run, s), "promotion" in checks and k == 0),
-            ("aliases", lambda: check_aliases(run, s), "aliases" in checks),
-            # (these two call the function on the sample's input and its further
-            # arguments as op_db gives them: only instances in the input reach them)
-            ("binding", lambda: check_binding(run, s), "binding" in checks and s.input_only),
-            (
-                "autograd",
-                lambda: check_autograd(run, s, gradcheck=k < gradcheck_samples),
-                "autograd" in checks,
-            ),
-            ("func", lambda: check_func(run, s), "func" in checks),
-            (
-                "serialization",
-                lambda: _with_safe_globals(safe_globals, lambda: check_serialization(run, s)),
-                "serialization" in checks and k < serialization_samples,
-            ),
-            (
-                "compile",
-                lambda: check_compile(run, s),
-                "compile" in checks and s.input_only and k_input < compile_samples,
-            ),
-        ]
-        for check, step, wanted in steps:
-            if wanted:
-                run.guarded(check, s, step)
-    bar.close()
-    if "edges" in checks:
-        check_edges(run, samples, options)
-    if "leaks" in checks:
-        run.guarded("leaks", None, lambda: check_leaks(run, samples))
-    if "threads" in checks:
-        run.guarded("threads", None, lambda: check_threads(run, samples))
-    if "modules" in checks:
-        run.guarded("modules", None, lambda: check_modules(run, dtypes, max_samples))
-    if "batches" in checks:
-        state, collate = options["sample_state"], options["collate_fn"]
-        run.guarded(
-            "batches",
-            None,
-            lambda: _with_safe_globals(
-                safe_globals, lambda: check_batches(run, dtypes, state, collate)
-            ),
-        )
-    return samples
-
-
-def _with_safe_globals(classes: Sequence[Any], step: Callable[[], None]) -> None:
-    # torch's context manager removes on exit every class it was given, also one that
-    # was declared before it (tensortools' own types): give it only the new ones.
-    declared = torch.serialization.get_safe_globals()
-    with torch.serialization.safe_globals([c for c in classes if c not in declared]):
-        step()
-
-
-def _own_rule(cls: type) -> tuple[Make, Callable[[Any], str]] | None:
-    """The rule cls registered with its coverage hooks, with the hooks' ``make``; None
-    where it registered none (the spec's default judges nothing)."""
-    spec = spec_for(cls)
-    if spec.result_problem is CoverageSpec.result_problem:
-        return None
-    return options_from_coverage_hooks(cls)["make"], lambda result: spec.result_problem(cls, result)
-
-
-def options_from_coverage_hooks(cls: type) -> dict[str, Any]:
-    """``make`` and ``rule`` for :func:`check_type` from the spec a type registers with
-    the coverage report (:func:`tensortools.coverage.spec.register`: ``substitute`` stands
-    an instance in for a tensor, ``result_problem`` judges a result): what
-    ``python -m tensortools.coverage TYPE --check`` runs."""
-    spec = spec_for(cls)
-
-    def make(t: Tensor) -> Any:
-        substituted = spec.substitute(cls, t, (), {})
-        return None if substituted is None else substituted[0]
-
-    # The coverage report counts a TypeError as the type refusing the call: so does this.
-    return {
-        "make": make,
-        "rule": lambda x, result: spec.result_problem(cls, result),
-        "refusals": (TypeError,),
-    }
 
 
 def parametrize(cls: type, make: Any, *, ops: Iterable[str] | None = None, **options: Any):

@@ -20,12 +20,14 @@ Its modules, each importing only those above it in this list:
   verdicts on its results, the kinds of rule;
 - ``batch_moves``: the batch rule's rules for calls that move dims, and for permutations
   and selections of dim 0 (the sample each row holds);
-- ``batch_rule``: which other calls keep a batch, as one table (registered on the class
-  when imported).
+- ``batch_rule``: which other calls keep a batch, as one table (the calls the compiled
+  path keeps batches through registered on the class when imported);
+- ``batch_settle``: the table applied to a call's results (registered on the class when
+  imported).
 """
 
 from tensortools.types.metadata import (  # noqa: F401  (each registers on the class)
-    batch_rule,
+    batch_settle,
     collation,
     dicts,
 )
