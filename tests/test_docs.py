@@ -256,3 +256,21 @@ def test_docs_write_no_count_of_the_suites_tests():
     for path in DOCUMENTS:
         counts = re.findall(r"\b\d[\d,]*\+? (?:tests|test cases)\b", path.read_text())
         assert not counts, f"{_relative(path)} states the suite's size: {counts}"
+
+
+def _notes_referred_to(text: str) -> set[str]:
+    """The names in the ``See Note [name]`` comments of a source file, also where the
+    comment breaks a line inside the pointer."""
+    lines = [re.sub(r"^\s*(#|//|\*)?\s?", "", line) for line in text.splitlines()]
+    return set(re.findall(r"[Ss]ee Note \[([^\]]+)\]", re.sub(r"\s+", " ", " ".join(lines))))
+
+
+def test_every_note_a_comment_points_to_is_in_the_design_notes():
+    root = Path(__file__).resolve().parents[1]
+    notes = set(re.findall(r"^### Note \[(.+)\]$", (root / "docs/design.md").read_text(), re.M))
+    sources = [*(root / "tensortools").rglob("*.py"), *(root / "csrc").rglob("*.[ch]*")]
+    pointed = {p.relative_to(root).as_posix(): _notes_referred_to(p.read_text()) for p in sources}
+    missing = {path: names - notes for path, names in pointed.items() if names - notes}
+    assert not missing, f"comments point to notes docs/design.md lacks: {missing}"
+    # every note is pointed to from the code it explains
+    assert notes == set().union(*pointed.values()), notes - set().union(*pointed.values())

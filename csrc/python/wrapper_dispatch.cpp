@@ -1,45 +1,26 @@
-// TensorWrapper.__torch_function__ in C for the common call of every wrapper type: no
-// handler for the call, no setting overridden in the calling thread, and no overriding
-// type taking part but the class's own. Such a call costs the plain call plus little: the
-// function runs with subclass dispatch disabled (as torch._C.DisableTorchFunctionSubclass
-// does) and a plain strided Tensor result becomes an instance of the class. Every other
-// call goes to the class's Python path (cls._python_torch_function), which defines the
-// behaviour; so does wrapping any result that is not one plain strided tensor.
+// TensorWrapper.__torch_function__ in C for the common call of every wrapper type; every
+// other call, and wrapping any result that is not one plain strided tensor, goes to the
+// class's Python path (cls._python_torch_function), which defines the behaviour.
+// See Note [The compiled paths] in docs/design.md.
 //
-// What the fast path needs from a class is one record, cls._fast (a WrapperRecord, a named
-// tuple, recomputed by tensortools/dispatch/wrapper.py whenever a handler is registered or
-// a process-wide setting changes):
-//   (kind, handlers, logger, captures, carrier, batch_rules)
-//   kind      a WrapperPath (Kind below, exported as wrapper_path_kinds): PYTHON, take the
-//             Python path; WRAP, wrap results as the class; WRAP_METADATA, the same, each
-//             result holding a copy of the metadata of the first argument that carries
-//             any (MetadataTensor); PLAIN, run the plain call alone and return its result
-//             as it is (MetadataTensor with tracking off)
-//   handlers  the class's handler table: a call with a handler takes the Python path
-//   logger    None, or a logging.Logger: while it is enabled for INFO, the Python path
-//   captures  None, or a per-thread store (tensortools._settings.ThreadStore): while its
-//             value is set in the calling thread, the Python path
-//   carrier   WRAP_METADATA: the class whose instances carry metadata (MetadataTensor,
-//             whatever the class of the call); else None
-//   batch_rules  WRAP_METADATA: the functions a call with a batch among its carriers may
-//             make on this path (a dict, or None). A call of any other function with a
-//             batch takes the Python path, whose rule decides.
+// What the fast path needs from a class is one record, cls._fast: a WrapperRecord
+// (kind, handlers, logger, captures, carrier, batch_rules), whose fields
+// tensortools/dispatch/compiled_path.py documents; kind is one of Kind below (exported as
+// wrapper_path_kinds, the values of that file's WrapperPath). For batch_rules, see Note
+// [Batch rules] in docs/design.md.
 //
 // Which metadata and batch size the results of WRAP_METADATA take, and how, are the rules
 // of metadata_results.h, which the Python path calls too (one definition). When a new
 // result changes class in place rather than become an alias is adopt() below, which the
 // Python path calls too (exported as wrapper_adopt).
 //
-// Python code can run in the middle of a call (a property getter, a key's __eq__, a
-// finalizer started by a garbage collection at any allocation) and can change or free
-// anything the call did not take a reference to. So every object this file uses across
-// a call that can run Python is held by a reference of its own, and the items of a list
-// are read afresh, by index, against its current size.
+// Every object this file uses across a call that can run Python is held by a reference
+// of its own, and a list's items are read afresh, by index, against its current size.
+// See Note [Python code inside a C call] in docs/design.md.
 //
-// torch.compile cannot trace C: tensortools/dispatch/wrapper.py registers a Python stand-in
-// for wrapper_torch_function (the Python path), so that compiled functions trace through
-// it. wrapper_torch_function_eager is the same function with no stand-in, for a type whose
-// calls must run eagerly under torch.compile (LoggingTensor: a graph break per call).
+// wrapper_torch_function_eager is the same function with no Python stand-in for
+// torch.compile (LoggingTensor: a graph break per call). See Note [The compiled paths]
+// ("Under torch.compile") in docs/design.md.
 #include "wrapper_dispatch.h"
 
 #include <utility>

@@ -4,7 +4,8 @@ loading of its instances' attributes.
 
 The class and its registration with torch.compile are here; the walk of a call's
 arguments and the wrap of its results in ``results``, what the compiled path
-(csrc/python/wrapper_dispatch.cpp) reads and calls back in ``compiled_path``."""
+(csrc/python/wrapper_dispatch.cpp) reads and calls back in ``compiled_path``. See Note
+[The compiled paths] in docs/design.md."""
 
 from __future__ import annotations
 
@@ -105,8 +106,8 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     @classmethod
     def _fast_batch_rules(cls) -> dict | None:
         """For WRAP_METADATA: the functions whose calls with a batch among the carriers
-        may stay on the compiled path, every other such call taking the Python path (None:
-        batches are no concern of the type)."""
+        may stay on the compiled path (None: batches are no concern of the type). See Note
+        [Batch rules] in docs/design.md."""
         return None
 
     @classmethod
@@ -283,7 +284,8 @@ TensorWrapper._on_settings_change()
 
 
 def _traced_torch_function(cls, func, types, args=(), kwargs=None):
-    # What torch.compile traces in place of the compiled path: the Python path.
+    # What torch.compile traces in place of the compiled path: the Python path. See Note
+    # [The compiled paths] ("Under torch.compile") in docs/design.md.
     return cls._python_torch_function(func, types, args, kwargs)
 
 

@@ -18,8 +18,9 @@ reads only shapes and arguments, never a coincidence of sizes: ``b.T`` of a squa
 is not a batch.
 
 The calls in ``SAME`` (shape-preserving calls of one tensor) keep the batch whatever
-their arguments, so the compiled path may run them (``BATCH_CALLS`` lists them); every
-other call with a batch, of any function, reaches :func:`settle` on the Python path.
+their arguments, so the compiled path may run them; every other call with a batch
+reaches ``metadata.batch_settle`` on the Python path. See Note [Batch rules] in
+docs/design.md.
 
 Its words (the call, the verdicts, the kinds of rule) are those of ``batch_verdict``,
 its rules for calls that move dims or rows those of ``batch_moves``.
@@ -320,10 +321,8 @@ RULES.update(
 
 def functions_for_the_compiled_path(structural: Iterable[Callable]) -> set[Callable]:
     """The functions whose calls with a batch the compiled path may run itself, keeping the
-    batch: ``SAME`` (the shape-preserving calls of one tensor), less the `structural`
-    rules' (taking batches apart, joining them). Every other call with a batch among its
-    arguments takes the Python path, where the table decides: ``torch.ops`` packets and
-    overloads and other libraries' functions too, which no list of torch's could name."""
+    batch: ``SAME``, less the `structural` rules' (taking batches apart, joining them).
+    See Note [Batch rules] in docs/design.md."""
     return set(SAME) - set(structural)
 
 

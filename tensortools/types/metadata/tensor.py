@@ -48,16 +48,16 @@ __all__ = ["MetadataTensor", "register_batch_results"]
 BATCH_RULES: dict[Callable, Callable] = {}
 
 #: The functions whose calls with a batch among their arguments the compiled path may run
-#: itself, keeping the batch (tensortools.types.metadata.batch_rule fills it from its
-#: table); any other call with a batch takes the Python path.
+#: itself, keeping the batch (metadata.batch_rule fills it). See Note [Batch rules] in
+#: docs/design.md.
 BATCH_CALLS: dict[Callable, None] = {}
 
 
 def register_batch_results(rule: Callable) -> None:
     """Make `rule(func, args, kwargs, out, argument tensors) -> out` decide which results
     of the fallback's calls with a batch among their arguments and no rule of
-    ``BATCH_RULES`` stay a batch (tensortools.types.metadata.batch_rule registers its
-    table's when imported; until then they keep the batch the wrap gave them)."""
+    ``BATCH_RULES`` stay a batch (metadata.batch_settle registers the table's when
+    imported; until then they keep the batch the wrap gave them)."""
     global _batch_results
     _batch_results = rule
 
@@ -282,9 +282,7 @@ class MetadataTensor(TensorWrapper):
 
     @classmethod
     def fallback(cls, func, types, args, kwargs):
-        # A call with a batch among its arguments (the compiled path leaves those to
-        # this one) that takes it apart or joins batches: the batch rules; any other
-        # call's results stay a batch only as the table of batch_rule says.
+        # See Note [Batch rules] in docs/design.md.
         rule = BATCH_RULES.get(func)
         if rule is not None:
             result = rule(cls, func, types, args, kwargs)
