@@ -54,6 +54,8 @@ class OpSample(NamedTuple):
 # (OpInfo name, variant, dtype) -> (the samples generated, whether the generator ran out;
 # or the exception generating them raised)
 _GENERATED: dict[tuple[str, str, torch.dtype], tuple[list[OpSample], bool] | Exception] = {}
+# (held while samples are generated: the seed they are generated from is the process's
+# generator, which two threads generating at once would share)
 _GENERATED_LOCK = threading.Lock()
 
 
@@ -72,24 +74,26 @@ def op_db_samples(info: Any, dtype: torch.dtype, n: int) -> list[OpSample]:
     key = (info.name, info.variant_test_name, dtype)
     with _GENERATED_LOCK:
         kept = _GENERATED.get(key)
-    if kept is None or (isinstance(kept, tuple) and len(kept[0]) < n and not kept[1]):
-        state = torch.default_generator.get_state()
-        torch.default_generator.manual_seed(0)
-        try:
-            made = [
-                OpSample(s.input, tuple(s.args), dict(s.kwargs))
-                for s in itertools.islice(info.sample_inputs("cpu", dtype), n)
-            ]
-            kept = (made, len(made) < n)
-        except Exception as err:  # noqa: BLE001 - kept, and raised to each caller
-            kept = err
-        finally:
-            torch.default_generator.set_state(state)
-        with _GENERATED_LOCK:
-            _GENERATED[key] = kept
+        if kept is None or (isinstance(kept, tuple) and len(kept[0]) < n and not kept[1]):
+            kept = _GENERATED[key] = _generated(info, dtype, n)
     if isinstance(kept, Exception):
         raise kept
     return [_copied(s) for s in kept[0][:n]]
+
+
+def _generated(info: Any, dtype: torch.dtype, n: int) -> tuple[list[OpSample], bool] | Exception:
+    state = torch.default_generator.get_state()
+    torch.default_generator.manual_seed(0)
+    try:
+        made = [
+            OpSample(s.input, tuple(s.args), dict(s.kwargs))
+            for s in itertools.islice(info.sample_inputs("cpu", dtype), n)
+        ]
+        return made, len(made) < n
+    except Exception as err:  # noqa: BLE001 - kept, and raised to each caller
+        return err
+    finally:
+        torch.default_generator.set_state(state)
 
 
 def _copied(sample: OpSample) -> OpSample:

@@ -5,6 +5,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
+import types
 
 import pytest
 import torch
@@ -321,3 +324,42 @@ def test_a_sample_generator_that_raises_raises_on_every_call_without_running_aga
             module.op_db_samples(Broken(), torch.float32, 1)
     assert runs == [torch.float32]
     module._GENERATED.pop(("broken", "", torch.float32))
+
+
+def test_threads_generating_samples_at_once_get_what_one_thread_alone_gets(monkeypatch):
+    # (the samples are drawn from the process's generator, seeded for the generation: two
+    # threads drawing at once would each take some of the other's numbers)
+    from tensortools import _samples as module
+
+    class Drawing:
+        variant_test_name = ""
+
+        def __init__(self, name):
+            self.name = name
+
+        def sample_inputs(self, device, dtype):
+            for _ in range(20):
+                time.sleep(0)  # (lets the other threads run between draws)
+                yield types.SimpleNamespace(input=torch.randn(4, dtype=dtype), args=(), kwargs={})
+
+    torch.manual_seed(0)
+    alone = [s.input for s in Drawing("alone").sample_inputs("cpu", torch.float32)]
+    monkeypatch.setattr(module, "_GENERATED", {})
+    torch.manual_seed(7)
+    state = torch.default_generator.get_state()
+    barrier = threading.Barrier(4)
+    got = {}
+
+    def generate(name):
+        barrier.wait()
+        got[name] = module.op_db_samples(Drawing(name), torch.float32, 20)
+
+    threads = [threading.Thread(target=generate, args=(f"drawing{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == [f"drawing{i}" for i in range(4)]
+    for name, samples in got.items():
+        assert all(torch.equal(s.input, a) for s, a in zip(samples, alone, strict=True)), name
+    assert torch.equal(torch.default_generator.get_state(), state)  # put back

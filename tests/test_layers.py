@@ -6,7 +6,7 @@ testing kit and the coverage report do not import each other both ways."""
 import pathlib
 
 import pytest
-from _support.packages import import_graph
+from _support.packages import assert_no_cycle, import_graph
 
 import tensortools
 
@@ -98,14 +98,7 @@ def test_each_part_imports_only_the_parts_below_it(part):
 
 def test_the_layers_have_no_cycle():
     # (what MAY_IMPORT allows is itself one way: a topological order of the parts exists)
-    order: list[str] = []
-    remaining = dict(MAY_IMPORT)
-    while remaining:
-        ready = [p for p, below in remaining.items() if below <= set(order)]
-        assert ready, f"the allowed imports go round among {sorted(remaining)}"
-        order += ready
-        for p in ready:
-            del remaining[p]
+    assert_no_cycle(MAY_IMPORT, "the allowed imports go round")
 
 
 def test_the_rules_are_those_the_issue_names():
@@ -129,3 +122,11 @@ def test_the_checker_sees_an_import_inside_a_function(tmp_path):
     graph = import_graph(pkg)
     assert graph["tensortools.coverage.cli"] == {"tensortools.testing"}
     assert graph["tensortools.testing"] == {"tensortools.coverage.samples"}
+
+
+def test_the_cycle_check_names_the_cycle():
+    assert_no_cycle({"types": {"dispatch"}, "dispatch": set()}, "layers")
+    with pytest.raises(
+        AssertionError, match="layers: .*types.*dispatch.*types|layers: .*dispatch.*types.*dispatch"
+    ):
+        assert_no_cycle({"types": {"dispatch"}, "dispatch": {"types"}}, "layers")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import concurrent.futures
+import graphlib
 import pathlib
 import subprocess
 import sys
@@ -46,13 +47,7 @@ class Package:
         graph = {m: {name for name, _ in self.sibling_imports(m)} for m in self.modules}
         for module, targets in graph.items():
             assert targets <= set(self.modules), f"{module} imports {targets - set(self.modules)}"
-        order, remaining = [], dict(graph)  # (a topological order exists)
-        while remaining:
-            ready = [m for m, targets in remaining.items() if targets <= set(order)]
-            assert ready, f"import cycle among {sorted(remaining)}"
-            order += ready
-            for m in ready:
-                del remaining[m]
+        assert_no_cycle(graph, "import cycle")
         return graph
 
     def private_crossings(self) -> list[str]:
@@ -79,6 +74,15 @@ class Package:
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
             results = pool.map(imports_alone, self.modules)
             return {m: err for m, err in zip(self.modules, results) if err}
+
+
+def assert_no_cycle(graph: dict[str, set[str]], what: str) -> None:
+    """Fails where the graph (node -> the nodes it points to) goes round: no topological
+    order exists; the message names the cycle."""
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as err:
+        raise AssertionError(f"{what}: {' -> '.join(err.args[1])}") from None
 
 
 def module_name(root: pathlib.Path, path: pathlib.Path) -> str:
