@@ -3,6 +3,7 @@
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -91,6 +92,27 @@ def test_cli_takes_a_users_type_by_dotted_path(capsys):
         coverage.main(["no_such_module.Type"])
     with pytest.raises(SystemExit):
         coverage.main(["json.JSONDecoder"])  # not built on tensortools.dispatch
+
+
+@pytest.mark.slow  # (times ten calls in interleaved rounds, a few seconds)
+def test_cli_times_common_calls_with_overhead(capsys):
+    from tensortools.testing.surveys import OVERHEAD_CALLS
+
+    args = ["LoggingTensor", "test_coverage.Interval", "--no-samples", "--overhead"]
+    assert coverage.main(args) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("LoggingTensor: per-call time, 16x16 float32") :].splitlines()
+    rows = [
+        re.fullmatch(r"(.+?)\s+([\d.]+)us\s+([\d.]+)us\s+([\d.]+)x[? ]?", r) for r in table[2:7]
+    ]
+    assert [m.group(1) for m in rows] == list(OVERHEAD_CALLS)  # (LoggingTensor refuses none)
+    for m in rows:
+        plain, typed, ratio = (float(m.group(k)) for k in (2, 3, 4))
+        # (each printed to two places: the ratio's rounding and the times')
+        bound = 0.005 / plain + 0.005 / typed + 0.005 / ratio
+        assert plain > 0 and ratio == pytest.approx(typed / plain, rel=bound)
+    # a type whose hooks make no instance of a plain matrix: said, not failed
+    assert "Interval: no per-call times: make gave no Interval of a (16, 16)" in out
 
 
 def test_docs_coverage_is_current():

@@ -132,7 +132,26 @@ def build_parser() -> argparse.ArgumentParser:
         "check but batches, compile included; the type's coverage hooks make its "
         "instances); exit status 1 on failures",
     )
+    parser.add_argument(
+        "--overhead",
+        action="store_true",
+        help="also time common calls on instances against plain tensors "
+        "(tensortools.testing.overhead_report, about a second per type; the type's coverage "
+        "hooks make its instances)",
+    )
     return parser
+
+
+def _overhead(cls: type) -> str:
+    """overhead_report's table for cls, its instances made by its coverage hooks; a line
+    saying why where they make none of a plain float32 matrix."""
+    from tensortools import testing
+
+    try:
+        table = testing.overhead_report(cls, testing.options_from_coverage_hooks(cls)["make"])
+    except TypeError as err:
+        return f"{cls.__name__}: no per-call times: {err}"
+    return f"{cls.__name__}: {table}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             "their reductions may add in another order).",
         )
     print("\n\n".join(outputs))
+    for cls in types if args.overhead else []:
+        print("\n" + _overhead(cls))
     status = 0
     for cls in types if args.check else []:
         result = testing.check_type(
