@@ -346,6 +346,60 @@ def test_cat_with_what_is_not_a_batch_is_refused():
     assert torch.cat([samples(1)[0], samples(2)[1]]).metadata["id"] == 0
 
 
+class _Declining(torch.Tensor):
+    """Another library's type, which overrides every call and answers none."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return NotImplemented
+
+
+class _Answering(torch.Tensor):
+    """Another library's type, which answers every call: the plain call, marked."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            return "answered", func(*args, **(kwargs or {}))
+
+
+#: The calls that take batches apart or join them (their rules), each with another type's
+#: tensor among its arguments: (name, call of (batch, other type's tensor maker)).
+_RULE_CALLS_WITH_ANOTHER_TYPE = [
+    ("cat", lambda b, of: torch.cat([b, of(torch.zeros(1, 2, 3))])),
+    ("cat, the other first", lambda b, of: torch.cat([of(torch.zeros(1, 2, 3)), b])),
+    ("concat", lambda b, of: torch.concat([b, of(torch.zeros(1, 2, 3))])),
+    ("concatenate", lambda b, of: torch.concatenate([b, of(torch.zeros(1, 2, 3))])),
+    ("index", lambda b, of: b[of(torch.tensor([1, 0]))]),
+    ("index_select", lambda b, of: torch.index_select(b, 0, of(torch.tensor([1, 0])))),
+    ("tensor_split", lambda b, of: torch.tensor_split(b, of(torch.tensor([1])))),
+    ("narrow", lambda b, of: torch.narrow(b, 0, of(torch.tensor(1)), 1)),
+]
+
+
+@pytest.mark.parametrize("name, call", _RULE_CALLS_WITH_ANOTHER_TYPE)
+def test_a_call_with_another_type_is_left_to_it_as_every_call(name, call):
+    # (the base passes every call another overriding type takes part in on to it, with
+    # its instances as plain tensors: the batch rules did not, and answered for it,
+    # torch.cat with a ValueError where the other type would have answered)
+    b = by_collate(2)
+    with pytest.raises(TypeError, match="returned NotImplemented"):
+        call(b, lambda t: t.as_subclass(_Declining))
+    mark, got = call(b, lambda t: t.as_subclass(_Answering))
+    want = call(b.as_subclass(torch.Tensor), lambda t: t)
+    assert mark == "answered"
+    got, want = (list(r) if isinstance(r, tuple) else [r] for r in (got, want))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        # the other type's answer: as it gave it where torch asked it first, else wrapped
+        # by the batch's type with the batch's metadata whole (no row claims a sample)
+        assert torch.equal(g.as_subclass(torch.Tensor), w), name
+        if type(g) is MetadataTensor:
+            assert g.batch_size is None and g.metadata == b.metadata, name
+        else:
+            assert type(g) is torch.Tensor, name
+
+
 @pytest.mark.parametrize("order", ["plain first", "metadata first"])
 def test_a_batch_mixing_plain_tensors_and_samples_is_the_same_in_either_order(order):
     keyless = [MetadataTensor(torch.ones(2)), torch.zeros(2)]

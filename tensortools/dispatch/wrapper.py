@@ -56,11 +56,6 @@ __all__ = [
 ]
 
 
-def _is_foreign(cls: type, t: type) -> bool:
-    """Whether `t` is an overriding type `cls` knows nothing about."""
-    return not (issubclass(t, cls) or issubclass(cls, t))
-
-
 class TensorWrapper(TorchFunctionTable, Tensor):
     """Base for ``torch.Tensor`` subclasses whose results stay of their type.
 
@@ -255,12 +250,19 @@ class TensorWrapper(TorchFunctionTable, Tensor):
             # raised, and Python said the operands were unsupported. Eager, both give the
             # same result.
             func = func.__wrapped__
-        if not any(_is_foreign(cls, t) for t in types):
+        if not cls.others_take_part(types):
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs), {}
         originals: dict[int, Tensor] = {}
         args, kwargs = plain_aliases(cls, args, originals), plain_aliases(cls, kwargs, originals)
         return func(*args, **kwargs), originals
+
+    @classmethod
+    def others_take_part(cls, types: tuple) -> bool:
+        """Whether an overriding type that cls knows nothing about (neither a subclass nor a
+        base) takes part in a call of `types`: the call is then left to it, with cls's
+        instances as plain tensors."""
+        return any(not (issubclass(t, cls) or issubclass(cls, t)) for t in types)
 
     @classmethod
     def fallback(cls, func, types, args, kwargs):

@@ -282,9 +282,10 @@ class MetadataTensor(TensorWrapper):
 
     @classmethod
     def fallback(cls, func, types, args, kwargs):
-        # See Note [Batch rules] in docs/design.md.
+        # See Note [Batch rules] in docs/design.md. (Where another overriding type takes
+        # part, the call is left to it, as the base leaves every call.)
         rule = BATCH_RULES.get(func)
-        if rule is not None:
+        if rule is not None and not cls.others_take_part(types):
             result = rule(cls, func, types, args, kwargs)
             if result is not NotImplemented:
                 return result
