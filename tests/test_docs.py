@@ -266,11 +266,34 @@ def _notes_referred_to(text: str) -> set[str]:
 
 
 def test_every_note_a_comment_points_to_is_in_the_design_notes():
-    root = Path(__file__).resolve().parents[1]
-    notes = set(re.findall(r"^### Note \[(.+)\]$", (root / "docs/design.md").read_text(), re.M))
-    sources = [*(root / "tensortools").rglob("*.py"), *(root / "csrc").rglob("*.[ch]*")]
-    pointed = {p.relative_to(root).as_posix(): _notes_referred_to(p.read_text()) for p in sources}
+    notes = set(re.findall(r"^### Note \[(.+)\]$", (ROOT / "docs/design.md").read_text(), re.M))
+    sources = [*(ROOT / "tensortools").rglob("*.py"), *(ROOT / "csrc").rglob("*.[ch]*")]
+    pointed = {p.relative_to(ROOT).as_posix(): _notes_referred_to(p.read_text()) for p in sources}
     missing = {path: names - notes for path, names in pointed.items() if names - notes}
     assert not missing, f"comments point to notes docs/design.md lacks: {missing}"
     # every note is pointed to from the code it explains
     assert notes == set().union(*pointed.values()), notes - set().union(*pointed.values())
+
+
+def test_every_operator_is_in_each_table_of_its_page_and_in_the_readme():
+    # (the operators' page has a table of them, a section each, and the tables of
+    # torch.func and autocast support; a new operator missing from one is stale docs)
+    text = (ROOT / "docs/operators.md").read_text()
+
+    def section(title: str) -> str:
+        start = text.index(f"\n## {title}\n")
+        end = text.find("\n## ", start + 1)
+        return text[start : end if end > 0 else None]
+
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    places = {
+        "the table of operators": text[: text.index("\n## ")],
+        "the torch.func table": section("torch.func"),
+        "the autocast table": section("Autocast"),
+    }
+    readme = (ROOT / "README.md").read_text()
+    for name in ops.__all__:
+        assert any(f"`tensortools.ops.{name}(" in h for h in headings), f"{name}: no section"
+        for place, part in places.items():
+            assert re.search(rf"`{name}[`(\s]", part), f"{name} missing from {place}"
+        assert f"ops.{name}`" in readme, f"{name} missing from README.md's list"

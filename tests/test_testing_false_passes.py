@@ -122,6 +122,20 @@ def _exp_dropping(input):
     return DropsMetadata(out, {})
 
 
+class DropsMetadataInPlace(MetadataTensor):
+    """exp_ computes in place and empties its input's metadata: the values are right and
+    the instance comes back, but it no longer holds what it held (the mutation check
+    leaves in-place forms out: changing the input is what they do)."""
+
+
+@DropsMetadataInPlace.implements(torch.Tensor.exp_)
+def _exp_in_place_dropping(input):
+    with torch._C.DisableTorchFunctionSubclass():
+        input.as_subclass(torch.Tensor).exp_()
+    input.metadata = {}
+    return input
+
+
 class Correct(MetadataTensor):
     """Handlers of its own for exp, sign and add, each right."""
 
@@ -193,6 +207,16 @@ def test_a_handler_dropping_metadata_is_caught_by_types_with_no_rule_given():
     assert "coverage hooks" in report.failures[0].reason
     # (the kit's rule alone, floating-point results of the type, let it pass)
     found, _ = failing(DropsMetadata, rule=lambda x, result: "")
+    assert not found
+
+
+def test_a_handler_dropping_metadata_in_place_is_caught_by_types():
+    for rule in (None, metadata_rule):  # the type's own rule, and the user's
+        found, report = failing(DropsMetadataInPlace, rule=rule)
+        assert found == {("types", "exp")}, rule
+        assert all(f.reason.startswith("in-place form: ") for f in report.failures)
+    # (without the types check, the in-place form's values are still compared, and pass)
+    found, _ = failing(DropsMetadataInPlace, checks=["values"])
     assert not found
 
 

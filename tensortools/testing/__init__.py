@@ -162,7 +162,8 @@ def check_type(
 
     - ``values``: the sample on the type equals the plain run (the sample dtype's
       tolerance); the in-place form has the same effect;
-    - ``types``: results follow the type's rules (`rule`);
+    - ``types``: results follow the type's rules (`rule`), the instance an in-place form
+      returns too (judged against the instance as the call found it);
     - ``layouts``: each function's first sample, its instances made of non-contiguous
       tensors (transposed where they have two dims or more, every other element of a
       larger tensor, a floating-point tensor expanded from a size-1 slice), equals the

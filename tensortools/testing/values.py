@@ -1,9 +1,11 @@
 """The ``values`` and ``types`` checks: a sample on the type equals the plain run (its
 in-place form has the same effect), and its results follow the type's rule (the user's,
-or where they gave none, the one the type registered with its coverage hooks)."""
+or where they gave none, the one the type registered with its coverage hooks), the
+in-place form's too."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from torch import Tensor
@@ -47,7 +49,7 @@ def check_values_and_types(run: Run, s: Sample, checks: tuple[str, ...]) -> None
         reason = compare_results(values, want, exact=False)
         if reason:
             run.fail("values", s, reason)
-        check_in_place(run, s)
+    check_in_place(run, s, checks)
     if "types" in checks:
         problem = run.type_problem(typed, got, fn, typed) or own_rule_problem(run, s, typed, got)
         if problem:
@@ -76,15 +78,25 @@ def own_rule_problem(run: Run, s: Sample, typed: tuple, got: Any) -> str:
     return problem and f"{problem} (the type's own rule, on an instance its coverage hooks make)"
 
 
-def check_in_place(run: Run, s: Sample) -> None:
+def check_in_place(run: Run, s: Sample, checks: tuple[str, ...] = ("values",)) -> None:
     """The in-place form (``x.exp_()``) changes the instance as it changes the plain
-    tensor, and returns it; only where the input is itself an instance (a method of a
-    list, or of a plain tensor, is not the type's)."""
+    tensor, and returns it (``values``), and the instance it returns follows the type's
+    rule (``types``: the rule's `x` is the instance as the call found it); only where the
+    input is itself an instance (a method of a list, or of a plain tensor, is not the
+    type's)."""
     variant = s.info.inplace_variant
+    if variant is None or not {"values", "types"} & set(checks):
+        return
     typed = run.typed_call(s)
-    if variant is None or typed is None or not isinstance(typed[0], run.cls):
+    if typed is None or not isinstance(typed[0], run.cls):
         return
     x, args, kwargs = typed
+    before = None
+    if "types" in checks:
+        try:
+            before = copy.deepcopy(x)  # (the instance as the call finds it)
+        except Exception:
+            before = None  # (a type that cannot be copied: its rule is not applied here)
     plain, p_args, p_kwargs = run.plain_call(typed)
     if not isinstance(plain, Tensor):
         return
@@ -97,8 +109,35 @@ def check_in_place(run: Run, s: Sample) -> None:
     except Exception as err:
         run.raised("values", s, err, "in-place form")
         return
-    reason = compare_results(run.plain(x), plain, exact=False)
-    if reason:
-        run.fail("values", s, "in-place form: " + reason)
-    elif returned is not x:
-        run.fail("values", s, f"in-place form returned a new {type(returned).__name__}")
+    if "values" in checks:
+        reason = compare_results(run.plain(x), plain, exact=False)
+        if reason:
+            run.fail("values", s, "in-place form: " + reason)
+        elif returned is not x:
+            run.fail("values", s, f"in-place form returned a new {type(returned).__name__}")
+    if before is not None and returned is x:
+        call = (before, args, kwargs)
+        problem = run.type_problem(call, x, variant, call)
+        problem = problem or _own_rule_in_place(run, s, variant, before, x)
+        if problem:
+            run.fail("types", s, "in-place form: " + problem)
+
+
+def _own_rule_in_place(run: Run, s: Sample, variant: Any, before: Any, x: Any) -> str:
+    """own_rule_problem for the in-place form: on `x` where the rule holds for it as the
+    call found it (`before`), else on an instance the coverage hooks make."""
+    if run.own_rule is None:
+        return ""
+    make, judge = run.own_rule
+    if not judge(before):
+        return judge(x)
+    hooked = run.typed_call(s, make=make)
+    if hooked is None or not isinstance(hooked[0], run.cls):
+        return ""
+    h, args, kwargs = hooked
+    try:
+        seeded(lambda: method_of(h, variant)(*args, **kwargs))
+    except Exception:
+        return ""  # (the values check reports calls that raise)
+    problem = judge(h)
+    return problem and f"{problem} (the type's own rule, on an instance its coverage hooks make)"
