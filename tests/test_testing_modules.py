@@ -6,7 +6,7 @@ import pytest
 import torch
 from test_testing_kit import TYPES, make_metadata, metadata_rule
 
-import tensortools.testing
+import tensortools.testing.steps
 from tensortools import MetadataTensor, testing
 from tensortools.types.metadata import metadata_of
 
@@ -18,12 +18,12 @@ SMALL = ["add", "exp", "sum", "matmul", "transpose"]
 def reached(monkeypatch):
     """The module samples each check_type run of the test ran (name, label)."""
     ran = []
-    check_modules = tensortools.testing.check_modules
+    check_modules = tensortools.testing.steps.check_modules
 
     def recording(*args):
         ran.extend(check_modules(*args))
 
-    monkeypatch.setattr(tensortools.testing, "check_modules", recording)
+    monkeypatch.setattr(tensortools.testing.steps, "check_modules", recording)
     return ran
 
 
