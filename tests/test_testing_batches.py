@@ -35,6 +35,8 @@ REORDERING = {"b[[2, 0, 2]]", "b[torch.tensor([n-1, 0])]", "b[bool mask]"}
 COLLATED = "collate_fn(samples 0-5)"
 LOADED = "DataLoader batch 2 (samples 3-5)"
 JOINED = "torch.cat(DataLoader batches 2, 1)"
+#: The label of the check's calls with a type that overrides nothing.
+UNKNOWN = "with a Tensor subclass that overrides nothing"
 
 
 def labelled(cls=MetadataTensor):
@@ -124,12 +126,36 @@ def test_cat_that_drops_the_labels_is_caught():
     found, report = failures(
         CatKeepsFirstLabels, labelled(CatKeepsFirstLabels), safe_globals=[CatKeepsFirstLabels]
     )
-    # every form that reaches the joined batch's rows from the second batch (rows 3-5)
-    assert found == {(form, JOINED) for form in FORMS - {"b[1]", "b[[2, 0, 2]]"}}, found
+    # every form that reaches the joined batch's rows from the second batch (rows 3-5);
+    # and its handler answers torch.cat for another type that takes part
+    unknown = {("torch.cat([b, u])", UNKNOWN), ("torch.cat([u, b])", UNKNOWN)}
+    assert found == {(form, JOINED) for form in FORMS - {"b[1]", "b[[2, 0, 2]]"}} | unknown
     example = next(f for f in report.failures if f.function == "b[-1]")
     assert (
         example.reason == "(sample 2): attribute 'metadata'['id'] is 30 instead of the sample's 12"
     )
+
+
+class AnswersForOthers(MetadataTensor):
+    """Takes a call another overriding type takes part in for its own (its batch rules
+    answer where the other type should have a say)."""
+
+    @classmethod
+    def others_take_part(cls, types):
+        return False
+
+
+def test_a_batch_that_answers_for_another_type_is_caught():
+    found, report = failures(AnswersForOthers, labelled(AnswersForOthers))
+    # (index_select's rule reads the index, which the other type declines: a TypeError)
+    answered = {"torch.cat([b, u])", "torch.cat([u, b])", "b[u]"}
+    assert found == {(name, UNKNOWN) for name in answered}, report.summary()
+    reasons = {f.function: f.reason for f in report.failures}
+    assert reasons["torch.cat([b, u])"].startswith("raised ValueError where plain torch")
+    assert reasons["b[u]"].startswith("returned a AnswersForOthers where plain torch")
+    # MetadataTensor leaves such calls to the other type: torch's TypeError
+    found, _ = failures(MetadataTensor, labelled())
+    assert not found
 
 
 def test_a_type_without_batch_semantics_fails():

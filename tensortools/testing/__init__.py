@@ -230,7 +230,8 @@ def check_type(
       where the type loads so, with `safe_globals`) give rows of the type, each holding
       the values and the state of the sample it came from. A sample's state is
       ``sample_state(instance)`` where given, else its attributes (a row may hold more,
-      as a batch's bookkeeping).
+      as a batch's bookkeeping). The collated batch joined or indexed with a tensor of a
+      type that overrides nothing ends in torch's TypeError, as a plain batch does.
 
     Each check puts back the random generator (the checks seed it), warning filters and
     torch's process-wide settings (default dtype, gradient mode, deterministic

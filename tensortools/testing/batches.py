@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, default_collate
 
+from tensortools.testing.edge_calls import unknown_tensor
 from tensortools.testing.run import Run, same_value
 
 __all__ = ["N_SAMPLES", "SHAPE", "batch_samples", "check_batches"]
@@ -73,6 +74,17 @@ def _forms(n: int) -> list[tuple[str, Callable[[Any], Any], str, list[int]]]:
     ]
 
 
+#: Calls of a batch b with u, a tensor of a type that overrides nothing (its rows, or row
+#: indexes): as on a plain batch, each ends in TypeError (u declines), never in an answer
+#: or another error of the batch's own rules.
+WITH_UNKNOWN: list[tuple[str, Callable[[Any, Callable[[Tensor], Tensor]], Any]]] = [
+    ("torch.cat([b, u])", lambda b, u: torch.cat([b, u(torch.zeros(1, *SHAPE))])),
+    ("torch.cat([u, b])", lambda b, u: torch.cat([u(torch.zeros(1, *SHAPE)), b])),
+    ("b[u]", lambda b, u: b[u(torch.tensor([1, 0]))]),
+    ("torch.index_select(b, 0, u)", lambda b, u: torch.index_select(b, 0, u(torch.tensor([1, 0])))),
+]
+
+
 def check_batches(
     run: Run,
     dtypes: Sequence[torch.dtype],
@@ -120,6 +132,38 @@ def check_batches(
         run.fail("batches", _Case("DataLoader", "-"), f"gave {len(loaded)} batches instead of 2")
     for label, batch, sources in batches:
         judge.batch(label, batch, sources)
+    if whole is not None:
+        _with_unknown(run, whole)
+
+
+def _with_unknown(run: Run, b: Any) -> None:
+    """WITH_UNKNOWN's calls on the collated batch: a TypeError wherever the plain batch's
+    call ends in one."""
+    plain = run.plain(b)
+
+    def unknown(t: Tensor) -> Tensor:  # (rows of the batch's dtype; indexes as they are)
+        return unknown_tensor(t.to(plain.dtype) if t.is_floating_point() else t)
+
+    for name, call in WITH_UNKNOWN:
+        case = _Case(name, "with a Tensor subclass that overrides nothing")
+        try:
+            call(plain, unknown)
+        except TypeError:
+            pass
+        except Exception:
+            continue
+        else:
+            continue  # (plain torch does not end in TypeError: not the protocol's case)
+        try:
+            out = call(b, unknown)
+        except TypeError:
+            continue
+        except Exception as err:
+            what = f"raised {type(err).__name__} where plain torch raises TypeError: {err}"
+            run.fail("batches", case, what)
+            continue
+        what = f"returned a {type(out).__name__} where plain torch raises TypeError"
+        run.fail("batches", case, f"{what} (the other type declines every call)")
 
 
 class _Judge:

@@ -29,7 +29,15 @@ from tensortools._samples import compare_results
 from tensortools.testing.report import Failure
 from tensortools.testing.run import Run, same_value
 
-__all__ = ["RANDOM", "UNKNOWN", "VIEWS", "check_random", "check_unknown_types", "check_views"]
+__all__ = [
+    "RANDOM",
+    "UNKNOWN",
+    "VIEWS",
+    "check_random",
+    "check_unknown_types",
+    "check_views",
+    "unknown_tensor",
+]
 
 
 class _Case(NamedTuple):
@@ -108,6 +116,11 @@ class _UnknownTensor(Tensor):
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         _Unknown.asked.append(func)
         return NotImplemented
+
+
+def unknown_tensor(t: Tensor) -> Tensor:
+    """A copy of t as a ``torch.Tensor`` subclass that overrides nothing."""
+    return t.clone().as_subclass(_UnknownTensor)
 
 
 #: Calls of an instance x with u, of a type that overrides nothing.
@@ -242,7 +255,7 @@ def check_unknown_types(run: Run, dtypes: Sequence[torch.dtype]) -> None:
     base = _base(dtypes)
     for kind, make_u in (
         ("a tensor-like", lambda t: _Unknown()),
-        ("a Tensor subclass", lambda t: t.clone().as_subclass(_UnknownTensor)),
+        ("a Tensor subclass", unknown_tensor),
     ):
         label = f"with {kind} that overrides nothing"
         for written, call in UNKNOWN.items():
