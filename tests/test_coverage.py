@@ -113,6 +113,9 @@ def test_cli_times_common_calls_with_overhead(capsys):
         assert plain > 0 and ratio == pytest.approx(typed / plain, rel=bound)
     # a type whose hooks make no instance of a plain matrix: said, not failed
     assert "Interval: no per-call times: make gave no Interval of a (16, 16)" in out
+    with pytest.raises(SystemExit):  # (a table after the JSON would make it unreadable)
+        coverage.main(["LoggingTensor", "--no-samples", "--overhead", "--format", "json"])
+    assert "--overhead prints a table" in capsys.readouterr().err
 
 
 def test_docs_coverage_is_current():

@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.all and args.format != "text":
         parser.error(f"--all lists rows in the text format; --format {args.format} has them all")
+    if args.overhead and args.format == "json":
+        parser.error("--overhead prints a table: use it with --format text or markdown")
     if args.check:
         from tensortools import testing
 
