@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, default_collate
 
-from tensortools.testing.edge_calls import unknown_tensor
+from tensortools.testing.edge_calls import declined_as_plain, unknown_tensor
 from tensortools.testing.run import Run, same_value
 
 __all__ = ["N_SAMPLES", "SHAPE", "batch_samples", "check_batches"]
@@ -146,24 +146,9 @@ def _with_unknown(run: Run, b: Any) -> None:
 
     for name, call in WITH_UNKNOWN:
         case = _Case(name, "with a Tensor subclass that overrides nothing")
-        try:
-            call(plain, unknown)
-        except TypeError:
-            pass
-        except Exception:
-            continue
-        else:
-            continue  # (plain torch does not end in TypeError: not the protocol's case)
-        try:
-            out = call(b, unknown)
-        except TypeError:
-            continue
-        except Exception as err:
-            what = f"raised {type(err).__name__} where plain torch raises TypeError: {err}"
-            run.fail("batches", case, what)
-            continue
-        what = f"returned a {type(out).__name__} where plain torch raises TypeError"
-        run.fail("batches", case, f"{what} (the other type declines every call)")
+        declined_as_plain(
+            run, "batches", case, lambda: call(plain, unknown), lambda: call(b, unknown)
+        )
 
 
 class _Judge:

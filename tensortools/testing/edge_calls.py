@@ -36,6 +36,7 @@ __all__ = [
     "check_random",
     "check_unknown_types",
     "check_views",
+    "declined_as_plain",
     "unknown_tensor",
 ]
 
@@ -264,30 +265,37 @@ def check_unknown_types(run: Run, dtypes: Sequence[torch.dtype]) -> None:
             if made is None:
                 return
             x, p = made
-            try:
-                call(p, make_u(p))
-            except TypeError:
-                pass
-            except Exception:
-                continue
-            else:
-                continue  # (plain torch does not end in TypeError: not the protocol's case)
-            try:
-                out = call(x, make_u(p))
-            except TypeError:
-                continue
-            except Exception as err:
-                run.fail(
-                    "edges",
-                    case,
-                    f"raised {type(err).__name__} where plain torch raises TypeError: {err}",
-                )
-                continue
-            what = f"returned a {type(out).__name__} where plain torch raises TypeError"
-            run.fail("edges", case, f"{what} (the other type declines every call)")
+            declined_as_plain(
+                run, "edges", case, lambda: call(p, make_u(p)), lambda: call(x, make_u(p))
+            )
         made = _made(run, _Case("x.__torch_function__(torch.add, ...)", label), base)
         if made is not None:
             _direct_answer(run, made[0], make_u(made[1]), label)
+
+
+def declined_as_plain(
+    run: Run, check: str, case: Any, plain: Callable[[], Any], typed: Callable[[], Any]
+) -> None:
+    """Where the plain call ends in TypeError (the other type declines it), the call on
+    the type must too: a failure of `check` where it answers or raises anything else."""
+    try:
+        plain()
+    except TypeError:
+        pass
+    except Exception:
+        return
+    else:
+        return  # (plain torch does not end in TypeError: not the protocol's case)
+    try:
+        out = typed()
+    except TypeError:
+        return
+    except Exception as err:
+        what = f"raised {type(err).__name__} where plain torch raises TypeError: {err}"
+        run.fail(check, case, what)
+        return
+    what = f"returned a {type(out).__name__} where plain torch raises TypeError"
+    run.fail(check, case, f"{what} (the other type declines every call)")
 
 
 def _direct_answer(run: Run, x: Any, u: Any, label: str) -> None:
