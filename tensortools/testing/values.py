@@ -6,6 +6,7 @@ in-place form's too."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor
@@ -56,11 +57,14 @@ def check_values_and_types(run: Run, s: Sample, checks: tuple[str, ...]) -> None
             run.fail("types", s, problem)
 
 
-def own_rule_problem(run: Run, s: Sample, typed: tuple, got: Any) -> str:
+def own_rule_problem(
+    run: Run, s: Sample, typed: tuple, got: Any, again: Callable[..., Any] | None = None
+) -> str:
     """What breaks the rule the type registered with its coverage hooks, where the user
     gave no rule of their own. The rule may be written for the instances the hooks make
     (MetadataTensor's asks for the metadata its hooks give): where it does not hold for
-    the run's own instances themselves, the sample runs once more on the hooks'."""
+    the run's own instances themselves, the sample runs once more on the hooks', by
+    `again(input, *args, **kwargs)` (by default the sample's function)."""
     if run.own_rule is None:
         return ""
     make, judge = run.own_rule
@@ -70,8 +74,9 @@ def own_rule_problem(run: Run, s: Sample, typed: tuple, got: Any) -> str:
     if hooked is None:
         return ""
     x, args, kwargs = hooked
+    again = again or s.info.op
     try:
-        result = seeded(lambda: s.info.op(x, *args, **kwargs))
+        result = seeded(lambda: again(x, *args, **kwargs))
     except Exception:
         return ""  # (the values check reports calls that raise)
     problem = judge(result)
@@ -118,26 +123,19 @@ def check_in_place(run: Run, s: Sample, checks: tuple[str, ...] = ("values",)) -
     if before is not None and returned is x:
         call = (before, args, kwargs)
         problem = run.type_problem(call, x, variant, call)
-        problem = problem or _own_rule_in_place(run, s, variant, before, x)
+        problem = problem or own_rule_problem(run, s, call, x, _in_place(run, variant))
         if problem:
             run.fail("types", s, "in-place form: " + problem)
 
 
-def _own_rule_in_place(run: Run, s: Sample, variant: Any, before: Any, x: Any) -> str:
-    """own_rule_problem for the in-place form: on `x` where the rule holds for it as the
-    call found it (`before`), else on an instance the coverage hooks make."""
-    if run.own_rule is None:
-        return ""
-    make, judge = run.own_rule
-    if not judge(before):
-        return judge(x)
-    hooked = run.typed_call(s, make=make)
-    if hooked is None or not isinstance(hooked[0], run.cls):
-        return ""
-    h, args, kwargs = hooked
-    try:
-        seeded(lambda: method_of(h, variant)(*args, **kwargs))
-    except Exception:
-        return ""  # (the values check reports calls that raise)
-    problem = judge(h)
-    return problem and f"{problem} (the type's own rule, on an instance its coverage hooks make)"
+def _in_place(run: Run, variant: Callable) -> Callable[..., Any]:
+    """The in-place form as a call giving the instance it changed (on an instance of the
+    type only: a plain tensor's method is not the type's)."""
+
+    def call(x: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(x, run.cls):
+            raise TypeError("not an instance")  # (not judged: see own_rule_problem)
+        method_of(x, variant)(*args, **kwargs)
+        return x
+
+    return call
