@@ -6,9 +6,13 @@ Environment: FORCE_CUDA=1 builds the CUDA kernels without a visible GPU,
 TORCH_CUDA_ARCH_LIST picks the GPU architectures, MAX_JOBS bounds parallel compile jobs,
 TENSORTOOLS_DEBUG=1 compiles with -O0 -g. TENSORTOOLS_SANITIZE is refused: sanitized
 builds are JIT builds of their own (scripts/sanitize.sh, docs/sanitizers.md).
+TENSORTOOLS_PREBUILT=PATH packages that already built tensortools._C instead of compiling
+it again (scripts/run.sh test hands the clean room its in-place build: one compile a run).
 """
 
 import importlib.util
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -36,6 +40,22 @@ if _extension.sanitizers():
     )
 cfg = _extension.build_config()
 
+
+class build_ext(BuildExtension.with_options(use_ninja=True)):
+    """torch's BuildExtension, or, with TENSORTOOLS_PREBUILT, a copy of the extension built
+    before from these sources with this torch (the file name carries the ABI tag)."""
+
+    def build_extension(self, ext):
+        prebuilt = os.environ.get("TENSORTOOLS_PREBUILT")
+        if not prebuilt:
+            return super().build_extension(ext)
+        target = Path(self.get_ext_fullpath(ext.name))
+        if Path(prebuilt).name != target.name:
+            raise SystemExit(f"TENSORTOOLS_PREBUILT={prebuilt} is not a build of {target.name}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(prebuilt, target)
+
+
 Extension = CUDAExtension if cfg.with_cuda else CppExtension
 extra_compile_args = {"cxx": cfg.cxx_flags}
 if cfg.with_cuda:
@@ -56,5 +76,5 @@ setup(
             extra_link_args=cfg.link_flags,
         )
     ],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": build_ext},
 )

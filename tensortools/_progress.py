@@ -1,5 +1,5 @@
-"""A progress bar for the long runs (the coverage report, check_type): tqdm on stderr, or
-nothing where tqdm is missing or progress is off."""
+"""A progress bar for the long runs (the coverage report, check_type, the demo and the
+benchmarks): tqdm on stderr, or nothing where tqdm is missing or progress is off."""
 
 from __future__ import annotations
 
@@ -33,8 +33,17 @@ class Progress:
             delay=delay,
         )
 
-    def step(self) -> None:
+    @classmethod
+    def on_terminal(cls, total: int, desc: str, *, unit: str = "it", delay: float = 2.0):
+        """A bar drawn only where stderr is a terminal: the runs whose output is a table
+        (the demo, the benchmarks) stay silent in a pipe or a log."""
+        return cls(total, desc, sys.stderr.isatty(), unit=unit, delay=delay)
+
+    def step(self, desc: str | None = None) -> None:
+        """One step done; `desc`, when given, names the next one."""
         if self.bar is not None:
+            if desc is not None:
+                self.bar.set_description_str(desc, refresh=False)
             self.bar.update()
 
     def close(self) -> None:

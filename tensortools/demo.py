@@ -25,6 +25,7 @@ from tensortools import (
     nn,
     reference,
 )
+from tensortools._progress import Progress
 
 TYPES = (ScalarTensor, MetadataTensor, LoggingTensor)
 
@@ -190,7 +191,7 @@ def coverage_counts() -> None:
     )
 
 
-def lltm_timings(quick: bool) -> None:
+def lltm_timings(quick: bool, progress: Progress) -> None:
     _section(7, "Timings: the LLTM (float32, CPU) and the per-call cost of each type")
     print(f"machine: {bench.machine_summary()}")
     rows = bench.lltm_rows(
@@ -199,6 +200,7 @@ def lltm_timings(quick: bool) -> None:
         min_run_time=0.1 if quick else 0.2,
         rounds=2 if quick else 3,
     )
+    progress.step("timings: the LLTM over a sequence")
     print(bench.format_table(rows))
     for line in bench.lltm_verdict(rows):
         print(line)
@@ -213,6 +215,7 @@ def lltm_timings(quick: bool) -> None:
         min_run_time=0.1 if quick else 0.2,
         rounds=2 if quick else 3,
     )
+    progress.step("timings: the per-call cost of each type")
     print(bench.format_sequence_table(rows))
     print()
     rows = bench.dispatch_rows(min_run_time=0.05 if quick else 0.2, rounds=1 if quick else 2)
@@ -235,13 +238,24 @@ def main(argv: list[str] | None = None) -> int:
         f"tensortools {tensortools.__version__} (torch {torch.__version__}, "
         f"{'with' if tensortools.with_cuda else 'without'} CUDA kernels)"
     )
-    scalar_tensor()
-    metadata_tensor()
-    logging_tensor()
-    lltm_agreement()
-    lltm_on_types()
-    coverage_counts()
-    lltm_timings(args.quick)
+    # A bar on stderr where it is a terminal (the timings take most of the run); none in
+    # a pipe or a log, whose reader gets the tables alone.
+    steps = [
+        ("ScalarTensor", scalar_tensor),
+        ("MetadataTensor", metadata_tensor),
+        ("LoggingTensor", logging_tensor),
+        ("the LLTM against its reference", lltm_agreement),
+        ("the LLTM on typed tensors", lltm_on_types),
+        ("coverage", coverage_counts),
+        ("timings: the LLTM cell", lambda: lltm_timings(args.quick, progress)),
+    ]
+    progress = Progress.on_terminal(len(steps) + 2, steps[0][0], unit="step")
+    try:
+        for i, (_, step) in enumerate(steps):
+            step()
+            progress.step(steps[i + 1][0] if i + 1 < len(steps) else None)
+    finally:
+        progress.close()
     return 0
 
 
