@@ -10,9 +10,9 @@ import os
 import pty
 import select
 import struct
-import termios
 import subprocess
 import sys
+import termios
 
 import pytest
 

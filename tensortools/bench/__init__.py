@@ -1,9 +1,11 @@
 """Benchmarks of tensortools against plain PyTorch, timed with torch.utils.benchmark.
 
 ``python -m tensortools.bench`` runs them and prints a table; :func:`lltm_rows` is the
-library form the demo uses. Modules: ``timing`` (the shared utilities), one per
-benchmark (``lltm``, ``lltm_sequence``, ``conv_bn``, ``dispatch``, ``scalar``,
-``bandwidth``), ``plot``.
+library form the demo uses. Modules: ``timing`` (the shared utilities) and ``load`` (whether
+the machine's load stalled a measurement), one per benchmark (``lltm``, ``lltm_sequence``,
+``conv_bn``, ``dispatch``, ``scalar``, ``peers``, ``recurrent``, ``per_sample``,
+``bandwidth``), ``plot``, ``options`` (the command line) and ``compare`` (a run against a
+saved baseline: ``--compare``).
 Numbers are medians over many runs after warm-up; they are measurements of this machine,
 never assertions.
 """

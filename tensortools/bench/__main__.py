@@ -1,12 +1,13 @@
 """python -m tensortools.bench: the fused operators against plain PyTorch (LLTM timings
 and kernel counts, the LLTM over whole sequences, conv-bn memory and time), ScalarTensor's
-structured handlers against
-the dense matrix, and the per-call cost of the tensor types."""
+structured handlers against the dense matrix, the per-call cost of the tensor types, and
+calls on a batch. --save-baseline and --compare record and compare the rows a change to a
+hot path must keep (docs/performance.md)."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import datetime
 import json
 import signal
 import sys
@@ -31,7 +32,9 @@ from tensortools.bench import (
     quiet_profiler,
     sequence_rows,
 )
-from tensortools.bench.peers import format_peer_table, peer_rows
+from tensortools.bench.compare import compare, format_comparison, load_results
+from tensortools.bench.options import build_parser, resolve
+from tensortools.bench.peers import BATCH, batch_rows, format_peer_table, peer_rows
 from tensortools.bench.per_sample import (
     PER_SAMPLE_SIZES,
     PER_SAMPLE_STEPS,
@@ -39,136 +42,10 @@ from tensortools.bench.per_sample import (
     per_sample_rows,
 )
 from tensortools.bench.recurrent import (
-    RECURRENT_SIZES,
-    RECURRENT_STEPS,
     format_recurrent_table,
     recurrent_rows,
 )
 from tensortools.bench.scalar import SCALAR_SIZES, format_scalar_table, scalar_rows
-
-
-def _size(text: str) -> tuple[int, int, int]:
-    try:
-        batch, features, state = (int(v) for v in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"size must be B/F/S, e.g. 16/32/128, got {text!r}"
-        ) from None
-    return batch, features, state
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line parser (its options and their help)."""
-    parser = argparse.ArgumentParser(prog="python -m tensortools.bench", description=__doc__)
-    parser.add_argument(
-        "--size",
-        type=_size,
-        action="append",
-        help="LLTM B/F/S (repeatable); default: "
-        + ", ".join("/".join(map(str, s)) for s in LLTM_SIZES),
-    )
-    parser.add_argument(
-        "--dtype",
-        action="append",
-        choices=["float32", "float64", "bfloat16", "float16"],
-        help="LLTM dtype (repeatable); default float32, and bfloat16 too on a GPU",
-    )
-    parser.add_argument(
-        "--device", default="cpu", help="device to time on: cpu (default), cuda or cuda:N"
-    )
-    parser.add_argument(
-        "--no-compile",
-        action="store_true",
-        help="leave out torch.compile (of the LLTM reference, and of a MetadataTensor function)",
-    )
-    parser.add_argument(
-        "--min-run-time",
-        type=float,
-        default=0.5,
-        help="timed seconds per measurement and round (default 0.5)",
-    )
-    parser.add_argument(
-        "--rounds", type=int, default=3, help="interleaved rounds per measurement (default 3)"
-    )
-    parser.add_argument(
-        "--input-sets",
-        type=int,
-        default=8,
-        help="LLTM input sets that successive calls cycle through (default 8)",
-    )
-    parser.add_argument("--no-lltm", action="store_true", help="leave out the LLTM cell rows")
-    parser.add_argument(
-        "--no-sequence",
-        action="store_true",
-        help="leave out the LLTM over whole sequences (whose compiled loops take minutes)",
-    )
-    parser.add_argument(
-        "--steps",
-        type=int,
-        action="append",
-        help="sequence lengths for the sequence rows (repeatable); default: "
-        + ", ".join(map(str, SEQUENCE_STEPS)),
-    )
-    parser.add_argument(
-        "--no-dispatch", action="store_true", help="leave out the per-call cost of the tensor types"
-    )
-    parser.add_argument(
-        "--no-conv-bn",
-        action="store_true",
-        help="leave out fused against unfused Conv2d + BatchNorm2d",
-    )
-    parser.add_argument(
-        "--conv-bn-batch",
-        type=int,
-        default=256,
-        help="batch of 1x28x28 images for the conv-bn rows (default 256)",
-    )
-    parser.add_argument(
-        "--no-scalar", action="store_true", help="leave out ScalarTensor structured against dense"
-    )
-    parser.add_argument(
-        "--scalar-size",
-        type=int,
-        action="append",
-        help="N for the ScalarTensor rows (repeatable); default: "
-        + ", ".join(map(str, SCALAR_SIZES)),
-    )
-    parser.add_argument(
-        "--peers",
-        action="store_true",
-        help="also time MetadataTensor against MONAI's MetaTensor (per call, indexing a "
-        "batch, a batch's round trip; MONAI's rows need monai installed)",
-    )
-    parser.add_argument(
-        "--peers-only",
-        action="store_true",
-        help="time only the MetadataTensor and MONAI rows of --peers",
-    )
-    parser.add_argument(
-        "--recurrent",
-        action="store_true",
-        help="also time nn.LLTMSequence against torch.nn.LSTM and nn.GRU, and nn.LLTM "
-        "against nn.LSTMCell (training and inference; --size and --steps pick the cases)",
-    )
-    parser.add_argument(
-        "--recurrent-only", action="store_true", help="time only the rows of --recurrent"
-    )
-    parser.add_argument(
-        "--per-sample",
-        action="store_true",
-        help="also time per-sample gradients, vmap(grad) against a loop over samples, of "
-        "nn.LLTMSequence and torch.nn.LSTM (--size N/F/S and --steps pick the cases; default: "
-        + ", ".join("/".join(map(str, s)) for s in PER_SAMPLE_SIZES)
-        + f", T={', '.join(map(str, PER_SAMPLE_STEPS))})",
-    )
-    parser.add_argument(
-        "--per-sample-only", action="store_true", help="time only the rows of --per-sample"
-    )
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    parser.add_argument(
-        "--plot", metavar="PATH", help="also draw the results (PNG, SVG or PDF; needs matplotlib)"
-    )
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,15 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     interrupted = False
     quiet_profiler()
-    if args.peers_only:
-        args.peers = args.no_lltm = args.no_sequence = args.no_conv_bn = True
-        args.no_scalar = args.no_dispatch = True
-    if args.recurrent_only:
-        args.recurrent = args.no_lltm = args.no_sequence = args.no_conv_bn = True
-        args.no_scalar = args.no_dispatch = True
-    if args.per_sample_only:
-        args.per_sample = args.no_lltm = args.no_sequence = args.no_conv_bn = True
-        args.no_scalar = args.no_dispatch = True
+    baseline = None
+    if args.compare:
+        try:
+            baseline = load_results(args.compare)
+        except ValueError as exc:
+            parser.error(str(exc))
+    resolve(args)
 
     machine = machine_summary()
     print(f"machine: {machine}")
@@ -196,6 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     cuda = torch.device(args.device).type == "cuda"
     dtypes = args.dtype or (["float32", "bfloat16"] if cuda else ["float32"])
     results: dict[str, object] = {"machine": machine}
+    results["recorded"] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(
+            ["python -m tensortools.bench", *(sys.argv[1:] if argv is None else argv)]
+        ),
+        "min_run_time": args.min_run_time,
+        "rounds": args.rounds,
+    }
     if not args.no_lltm:
         lltm = []
         for name in dtypes:
@@ -264,6 +147,12 @@ def main(argv: list[str] | None = None) -> int:
                 min_run_time=args.min_run_time, rounds=args.rounds
             )
             print(format_dispatch_table(results["compiled"]))
+    if not args.no_batch and not cuda:  # (CPU calls: a GPU run leaves them out)
+        print(f"\nCalls on a batch of {BATCH} (float32, CPU, one intra-op thread)")
+        results["batch"] = batch_rows(
+            min_run_time=args.min_run_time, rounds=args.rounds, progress=progress
+        )
+        print(format_peer_table(results["batch"]))
     if args.recurrent:
         print(f"\nThe LLTM against torch's recurrent layers ({args.device})")
         results["recurrent"] = []
@@ -272,12 +161,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for name in dtypes:
                 recurrent_rows(
-                    args.size or RECURRENT_SIZES,
-                    args.steps or RECURRENT_STEPS,
+                    args.recurrent_sizes,
+                    args.recurrent_steps,
                     dtype=getattr(torch, name),
                     device=args.device,
                     min_run_time=args.min_run_time,
                     rounds=args.rounds,
+                    cells=args.recurrent_cells,
                     progress=progress,
                     into=results["recurrent"],
                 )
@@ -306,12 +196,15 @@ def main(argv: list[str] | None = None) -> int:
         results["peers"] = peer_rows(min_run_time=args.min_run_time, rounds=args.rounds)
         print(format_peer_table(results["peers"]))
     as_data = {
-        key: value if isinstance(value, str) else [dataclasses.asdict(r) for r in value]
+        key: [dataclasses.asdict(r) for r in value] if isinstance(value, list) else value
         for key, value in results.items()
     }
-    if args.json:
-        with open(args.json, "w") as f:
+    for path in dict.fromkeys(p for p in (args.json, args.save_baseline) if p):
+        with open(path, "w") as f:
             json.dump(as_data, f, indent=1)
+    if baseline is not None:
+        print(f"\nToday's ratios beside those of {args.compare}")
+        print(format_comparison(compare(baseline, as_data), baseline, as_data))
     if args.plot:
         from tensortools.bench.plot import plot_results
 

@@ -39,7 +39,9 @@ class ConvBNRow:
     median_us: float
     iqr_us: float
     runs: int
-    noisy: bool = False  # the IQR is over NOISY_SPREAD of the median
+    noisy: bool = False  # Pooled.noisy
+    round_spread: float = 0.0  # Pooled.round_spread
+    stalled: bool = False  # Pooled.stalled
 
 
 def _conv_bn_networks(dtype: torch.dtype, device: str) -> dict[str, torch.nn.Module]:
@@ -120,7 +122,17 @@ def conv_bn_rows(
         measures, rounds, progress, lambda name: f"conv-bn {name}: forward+backward"
     )
     return [
-        ConvBNRow(name, batch, *measured[name], p.median_us, p.iqr_us, p.calls, p.noisy)
+        ConvBNRow(
+            name,
+            batch,
+            *measured[name],
+            p.median_us,
+            p.iqr_us,
+            p.calls,
+            p.noisy,
+            p.round_spread,
+            p.stalled,
+        )
         for name, p in pooled.items()
     ]
 

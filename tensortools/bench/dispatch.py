@@ -113,9 +113,7 @@ def dispatch_rows(
 
         measures["LoggingTensor (capturing)", "torch.add"] = logged_add
         for (name, op), p in interleaved(measures, rounds).items():
-            rows.append(
-                Row((n,), "float32", "cpu", name, op, p.median_us, p.iqr_us, p.calls, None, p.noisy)
-            )
+            rows.append(Row.of((n,), "float32", "cpu", name, op, p))
     return rows
 
 
@@ -155,9 +153,7 @@ def compiled_chain_rows(
     rows = []
     for (name, phase), p in interleaved(measures, rounds).items():
         count = graphs[name] if phase == "compiled chain" else None
-        rows.append(
-            Row((n,), "float32", "cpu", name, phase, p.median_us, p.iqr_us, p.calls, count, p.noisy)
-        )
+        rows.append(Row.of((n,), "float32", "cpu", name, phase, p, count))
     return rows
 
 

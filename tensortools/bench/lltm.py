@@ -147,21 +147,8 @@ def lltm_rows(
             measures, rounds, progress, lambda key: f"LLTM {size} {key[0]} {key[1]}"
         )
         for (name, phase), p in pooled.items():
-            rows.append(
-                Row(
-                    size,
-                    str(dtype).removeprefix("torch."),
-                    device,
-                    name,
-                    phase,
-                    p.median_us,
-                    p.iqr_us,
-                    p.calls,
-                    kernels[name, phase],
-                    p.noisy,
-                    p.busy,
-                )
-            )
+            dt = str(dtype).removeprefix("torch.")
+            rows.append(Row.of(size, dt, device, name, phase, p, kernels[name, phase]))
     return rows
 
 
@@ -206,7 +193,7 @@ def lltm_verdict(rows: list[Row], phase: str = "forward+backward") -> list[str]:
         # A ratio of spread runs is uncertain by about NOISY_SPREAD each way, so far from
         # 1 it still tells which is faster; on a machine busy with other processes the
         # runs can agree and still be off by any factor.
-        unsure = op.busy or eager.busy
+        unsure = op.busy or eager.busy or op.stalled or eager.stalled
         unsure |= noisy and (1 - NOISY_SPREAD) ** 2 < ratio < (1 + NOISY_SPREAD) ** 2
         busy = f" (runs spread: uncertain by {NOISY_SPREAD:.0%} or more)" if noisy else ""
         if unsure:

@@ -60,7 +60,9 @@ class SequenceRow:
     gflops: float  # sequence_flops / median
     gemm_gflops: float  # the machine's large-GEMM throughput, same run
     saved_bytes: int | None  # saved for backward beyond the arguments (None: not measured)
-    noisy: bool = False  # the IQR is over NOISY_SPREAD of the median
+    noisy: bool = False  # Pooled.noisy
+    round_spread: float = 0.0  # Pooled.round_spread
+    stalled: bool = False  # Pooled.stalled
 
 
 def sequence_flops(steps: int, size: tuple[int, int, int], input_grad: bool = True) -> float:
@@ -234,6 +236,8 @@ def sequence_rows(
                     gemm,
                     saved[name],
                     p.noisy,
+                    p.round_spread,
+                    p.stalled,
                 )
             )
     return rows

@@ -1,10 +1,12 @@
 """MetadataTensor against its peer, MONAI's ``MetaTensor``, side by side: the per-call
 cost of add, sin and conv2d, indexing a batch, and a batch's round trip (collate 16
-samples, a small conv model, one output per sample). MONAI is optional: without it only
+samples, a small conv model, one output per sample); and the calls on a batch of 16
+samples that issue 60 follows (:func:`batch_rows`). MONAI is optional: without it only
 the plain and MetadataTensor rows are timed."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import torch
@@ -13,10 +15,19 @@ from torch.utils.data import default_collate
 
 from tensortools.bench.timing import Row, interleaved, ratio_notes, time_call, time_ratio
 
-__all__ = ["ROUND_TRIP_SAMPLES", "format_peer_table", "monai_version", "peer_rows"]
+__all__ = [
+    "BATCH",
+    "ROUND_TRIP_SAMPLES",
+    "batch_rows",
+    "format_peer_table",
+    "monai_version",
+    "peer_rows",
+]
 
 #: Samples per batch in the round trip.
 ROUND_TRIP_SAMPLES = 16
+#: The batch of batch_rows: ROUND_TRIP_SAMPLES samples of 3x32x32, collated.
+BATCH = f"{ROUND_TRIP_SAMPLES}x3x32x32"
 #: The per-call shapes: one element, and one 3-channel 256x256 image.
 SHAPES = {"1 element": (1, 1, 1, 1), "1x3x256x256": (1, 3, 256, 256)}
 
@@ -130,12 +141,48 @@ def peer_rows(*, min_run_time: float = 0.3, rounds: int = 3) -> list[Row]:
             f, min_run_time
         )
     pooled = interleaved(measures, rounds)
-    return [Row((k[0],), "float32", "cpu", k[2], k[1], *_timing(p)) for k, p in pooled.items()]
+    return [Row.of((k[0],), "float32", "cpu", k[2], k[1], p) for k, p in pooled.items()]
 
 
-def _timing(p) -> tuple:
-    """A pooled measurement as Row's fields after the phase."""
-    return p.median_us, p.iqr_us, p.calls, None, p.noisy
+def batch_rows(
+    *,
+    min_run_time: float = 0.3,
+    rounds: int = 3,
+    threads: int | None = 1,
+    progress: Callable[[str], None] | None = None,
+) -> list[Row]:
+    """The calls on a batch whose cost issue 60 follows, against the same on plain
+    tensors: ``torch.add(b, b)`` and ``F.conv2d(b, w, padding=1)`` (8 3x3 filters) on the
+    collated :data:`BATCH` (a MetadataTensor batch with per-sample metadata; MONAI's where
+    installed), and the batch's round trip of :func:`peer_rows`. All interleaved, on
+    `threads` intra-op threads (default one, as the issue measured them: a call's own
+    cost, not how two threads share a small tensor; None: torch's)."""
+    ours, peers = _samples(ROUND_TRIP_SAMPLES)
+    batches = {
+        "plain Tensor": default_collate([t.as_subclass(torch.Tensor) for t in ours]),
+        "MetadataTensor batch": default_collate(ours),
+    }
+    if peers:
+        from monai.data import list_data_collate
+
+        batches["monai MetaTensor batch"] = list_data_collate(peers)
+    weight = torch.randn(8, 3, 3, 3)
+    calls = {
+        "torch.add": lambda b: torch.add(b, b),
+        "F.conv2d": lambda b: F.conv2d(b, weight, padding=1),
+    }
+    measures: dict = {}
+    for (call, fn), (name, b) in itertools.product(calls.items(), batches.items()):
+        measures[call, name] = lambda fn=fn, b=b: time_call(lambda: fn(b), min_run_time)
+    for name, trip in _round_trips(ROUND_TRIP_SAMPLES).items():
+        measures["round trip", name] = lambda f=trip: time_call(f, min_run_time)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        pooled = interleaved(measures, rounds, progress, lambda key: f"{BATCH} {key[0]} {key[1]}")
+    finally:
+        torch.set_num_threads(before)
+    return [Row.of((BATCH,), "float32", "cpu", k[1], k[0], p) for k, p in pooled.items()]
 
 
 def _index_note(rows: list[Row]) -> str:

@@ -55,8 +55,10 @@ class PerSampleRow:
     median_us: float | None  # None: the method raised (see note)
     iqr_us: float | None
     runs: int
-    noisy: bool = False
+    noisy: bool = False  # Pooled.noisy
     note: str = ""  # torch's warning, or the error that stands in for a time
+    round_spread: float = 0.0  # Pooled.round_spread
+    stalled: bool = False  # Pooled.stalled
 
 
 def _layer(layer: str, features: int, state: int, g: dict) -> torch.nn.Module:
@@ -148,6 +150,8 @@ def per_sample_rows(
                     p.calls if p else 0,
                     p.noisy if p else False,
                     notes[layer, method],
+                    p.round_spread if p else 0.0,
+                    p.stalled if p else False,
                 )
             )
     return rows

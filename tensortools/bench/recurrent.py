@@ -62,7 +62,9 @@ class RecurrentRow:
     runs: int
     gflops: float
     gemm_gflops: float
-    noisy: bool = False
+    noisy: bool = False  # Pooled.noisy
+    round_spread: float = 0.0  # Pooled.round_spread
+    stalled: bool = False  # Pooled.stalled
 
 
 def gate_flops(layer: str, steps: int, size: tuple[int, int, int], phase: str) -> float:
@@ -221,6 +223,8 @@ def recurrent_rows(
                     flops / p.median_us / 1e3,
                     gemm,
                     p.noisy,
+                    p.round_spread,
+                    p.stalled,
                 )
             )
     return rows

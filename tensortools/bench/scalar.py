@@ -94,20 +94,7 @@ def scalar_rows(
             measures, rounds, progress, lambda key: f"ScalarTensor N={n} {key[0]} {key[1]}"
         )
         for (op, variant), p in pooled.items():
-            rows.append(
-                Row(
-                    (n,),
-                    str(dtype).removeprefix("torch."),
-                    device,
-                    variant,
-                    op,
-                    p.median_us,
-                    p.iqr_us,
-                    p.calls,
-                    None,
-                    p.noisy,
-                )
-            )
+            rows.append(Row.of((n,), str(dtype).removeprefix("torch."), device, variant, op, p))
     return rows
 
 

@@ -13,6 +13,9 @@ from collections.abc import Callable
 import torch
 from torch.utils import benchmark
 
+from tensortools.bench import load
+from tensortools.bench.load import STALL_SHARE
+
 __all__ = [
     "Row",
     "Pooled",
@@ -23,6 +26,7 @@ __all__ = [
     "interleaved",
     "NOISY_SPREAD",
     "BUSY_SHARE",
+    "STALL_SHARE",
     "time_ratio",
     "ratio_notes",
 ]
@@ -58,6 +62,24 @@ class Row:
         False  # Pooled.noisy: the runs spread, the rounds disagree or the machine was busy
     )
     busy: bool = False  # Pooled.busy: other processes used over BUSY_SHARE of the CPUs
+    round_spread: float = 0.0  # Pooled.round_spread: how far the rounds' medians disagree
+    stalled: bool = False  # Pooled.stalled: the threads waited for a CPU over STALL_SHARE
+
+    @classmethod
+    def of(cls, size, dtype, device, variant, phase, p: Pooled, kernels=None) -> Row:
+        """The row of a pooled measurement."""
+        return cls(
+            size,
+            dtype,
+            device,
+            variant,
+            phase,
+            p.median_us,
+            p.iqr_us,
+            p.calls,
+            kernels,
+            **p.flags(),
+        )
 
 
 def _cpu_name() -> str:
@@ -84,10 +106,24 @@ def time_call(fn: Callable[[], object], min_run_time: float) -> benchmark.Measur
     """fn timed by torch.utils.benchmark after one warm-up call."""
     fn()  # warm-up (and, for torch.compile, the compilation)
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-    before = _cpu_jiffies()
+    before = _readings()
     m = timer.blocked_autorange(min_run_time=min_run_time)
-    m.metadata = {"others_cpu": _others_share(before, _cpu_jiffies())}
+    m.metadata = _load_between(before, _readings())
     return m
+
+
+def _readings() -> tuple:
+    return _cpu_jiffies(), load.read()
+
+
+def _load_between(before: tuple, after: tuple) -> dict:
+    """What the machine's load did between two _readings: the share of the CPUs other
+    processes used, and the share of the wall time this process's threads waited for a
+    CPU (:mod:`tensortools.bench.load`)."""
+    return {
+        "others_cpu": _others_share(before[0], after[0]),
+        "stalled": load.stall_share(before[1], after[1]),
+    }
 
 
 def sync(device: str) -> None:
@@ -109,7 +145,7 @@ def time_each(
     their buffers, so one graph cannot be replayed with retain_graph).
     """
     step(prepare())  # warm-up
-    before = _cpu_jiffies()
+    before = _readings()
     times: list[float] = []
     spent = 0.0
     while spent < min_run_time or len(times) < 10:
@@ -120,9 +156,11 @@ def time_each(
         sync(device)
         times.append(time.perf_counter() - start)
         spent += times[-1]
-    share = _others_share(before, _cpu_jiffies())
+    # (the load over the whole loop, preparations included: reading it around every step
+    # would put file reads between the steps)
+    metadata = _load_between(before, _readings())
     return benchmark.Measurement(
-        1, times, benchmark.TaskSpec(stmt=label, setup=""), metadata={"others_cpu": share}
+        1, times, benchmark.TaskSpec(stmt=label, setup=""), metadata=metadata
     )
 
 
@@ -161,6 +199,7 @@ class Pooled:
     rounds: int = 1
     round_spread: float = 0.0
     others_cpu: float = 0.0  # the median over rounds of the CPU share others used
+    waited: float = 0.0  # the share of the timed wall time the threads waited for a CPU
 
     @property
     def busy(self) -> bool:
@@ -168,12 +207,29 @@ class Pooled:
         return self.others_cpu > BUSY_SHARE
 
     @property
+    def stalled(self) -> bool:
+        """Whether this process's threads waited for a CPU over STALL_SHARE of the timed
+        wall time (the runs can agree with each other and all be far off)."""
+        return self.waited > STALL_SHARE
+
+    @property
     def noisy(self) -> bool:
-        """Whether the machine was busy, or the runs spread or the rounds disagree by
-        more than NOISY_SPREAD of the median (a slow spell of the machine can fill one
-        round, whose runs then agree with each other and not with the other rounds')."""
+        """Whether the machine was busy or stalled the threads, or the runs spread or the
+        rounds disagree by more than NOISY_SPREAD of the median (a slow spell of the
+        machine can fill one round, whose runs then agree with each other and not with
+        the other rounds')."""
         spread = self.iqr_us > NOISY_SPREAD * self.median_us or self.round_spread > NOISY_SPREAD
-        return spread or self.busy
+        return spread or self.busy or self.stalled
+
+    def flags(self) -> dict:
+        """The fields a row keeps of its measurement besides the times: noisy, busy,
+        round_spread and stalled."""
+        return {
+            "noisy": self.noisy,
+            "busy": self.busy,
+            "round_spread": self.round_spread,
+            "stalled": self.stalled,
+        }
 
 
 def interleaved(
@@ -229,10 +285,18 @@ def _pool(ms: list[benchmark.Measurement]) -> Pooled:
     shares = [
         m.metadata["others_cpu"] for m in ms if (m.metadata or {}).get("others_cpu") is not None
     ]
+    # the stalled share over all rounds, each weighted by its timed wall time
+    timed = [
+        (m.metadata["stalled"], sum(m.raw_times))  # (a block's raw time: all its calls)
+        for m in ms
+        if (m.metadata or {}).get("stalled") is not None
+    ]
+    wall = sum(t for _, t in timed)
+    waited = sum(s * t for s, t in timed) / wall if wall > 0 else 0.0
     (m,) = benchmark.Measurement.merge(ms)
     spread = disagreement / m.median if m.median > 0 else 0.0
     others = statistics.median(shares) if shares else 0.0
-    return Pooled(m.median * 1e6, m.iqr * 1e6, calls, len(ms), spread, others)
+    return Pooled(m.median * 1e6, m.iqr * 1e6, calls, len(ms), spread, others, waited)
 
 
 def time_ratio(median_us: float, base_us: float | None, noisy: bool = False) -> str:
@@ -252,8 +316,10 @@ def ratio_notes(baseline: str, any_noisy: bool, what: str = "") -> str:
     if any_noisy:
         lines.append(
             "?: the machine was busy while this row or its baseline was measured, even after "
-            f"longer measuring (other processes used over {BUSY_SHARE:.0%} of the CPUs, or "
-            f"the runs spread or the rounds disagreed by over {NOISY_SPREAD:.0%} of the "
-            "median): the ratio is uncertain, on a busy machine by far more than that"
+            f"longer measuring (other processes used over {BUSY_SHARE:.0%} of the CPUs, this "
+            f"process's threads waited for a CPU over {STALL_SHARE:.0%} of the time, or the "
+            f"runs spread or the rounds disagreed by over {NOISY_SPREAD:.0%} of the median): "
+            "the ratio is uncertain; where the threads waited, a parallel call can take a "
+            "scheduler slice (milliseconds) each time, so by far more than that"
         )
     return "\n".join(lines)
