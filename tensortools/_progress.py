@@ -7,12 +7,13 @@ import sys
 
 
 class Progress:
-    """A tqdm bar of `total` steps on stderr, drawn only once the run has taken `delay`
-    seconds (a short run shows none), or nothing where tqdm is missing or `enabled` is
-    false. Redrawn in place on a terminal; in a log, every ten seconds."""
+    """A tqdm bar of `total` steps (None: a count of unknown end) on stderr, drawn only
+    once the run has taken `delay` seconds (a short run shows none), or nothing where tqdm
+    is missing or `enabled` is false. Redrawn in place on a terminal; in a log, every ten
+    seconds."""
 
     def __init__(
-        self, total: int, desc: str, enabled: bool, *, unit: str = "it", delay: float = 0.0
+        self, total: int | None, desc: str, enabled: bool, *, unit: str = "it", delay: float = 0.0
     ) -> None:
         self.bar = None
         if not enabled:
@@ -34,7 +35,7 @@ class Progress:
         )
 
     @classmethod
-    def on_terminal(cls, total: int, desc: str, *, unit: str = "it", delay: float = 2.0):
+    def on_terminal(cls, total: int | None, desc: str, *, unit: str = "it", delay: float = 2.0):
         """A bar drawn only where stderr is a terminal: the runs whose output is a table
         (the demo, the benchmarks) stay silent in a pipe or a log."""
         return cls(total, desc, sys.stderr.isatty(), unit=unit, delay=delay)

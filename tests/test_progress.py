@@ -90,3 +90,17 @@ def test_the_demo_draws_its_bar_only_on_a_terminal(monkeypatch, capsys):
     assert demo.main([]) == 0
     assert len(made) == 1 and made[0].bar is None  # pytest's stderr is no terminal
     assert "tqdm" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_bench_names_each_case_on_a_terminal_and_is_silent_in_a_pipe():
+    """`python -m tensortools.bench` on one tiny section: its stderr on a terminal holds
+    the bar with the case being timed; in a pipe it is empty (the tables go to stdout)."""
+    code = (
+        "import sys; from tensortools.bench.__main__ import main; sys.exit(main(["
+        "'--size', '2/3/4', '--no-compile', '--no-sequence', '--no-conv-bn', '--no-scalar',"
+        "'--no-dispatch', '--no-batch', '--no-recurrent', '--min-run-time', '0.01',"
+        "'--rounds', '1']))"
+    )
+    assert "timing" in _stderr_of(code, terminal=True)
+    assert _stderr_of(code, terminal=False) == ""

@@ -11,10 +11,10 @@ import datetime
 import json
 import signal
 import sys
-import time
 
 import torch
 
+from tensortools._progress import Progress
 from tensortools.bench import (
     LLTM_SIZES,
     SEQUENCE_SIZES,
@@ -63,10 +63,12 @@ def main(argv: list[str] | None = None) -> int:
 
     machine = machine_summary()
     print(f"machine: {machine}")
-    started = time.perf_counter()
+    # A bar on stderr naming what is being timed, where stderr is a terminal; nothing in a
+    # pipe or a log, whose reader gets the tables alone.
+    bar = Progress.on_terminal(None, "bench", unit="case", delay=1.0)
 
     def progress(what: str) -> None:
-        print(f"  [{time.perf_counter() - started:7.1f} s] timing {what}", file=sys.stderr)
+        bar.step(f"timing {what}")
 
     cuda = torch.device(args.device).type == "cuda"
     dtypes = args.dtype or (["float32", "bfloat16"] if cuda else ["float32"])
@@ -195,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nMetadataTensor beside MONAI's MetaTensor (float32, CPU)")
         results["peers"] = peer_rows(min_run_time=args.min_run_time, rounds=args.rounds)
         print(format_peer_table(results["peers"]))
+    bar.close()
     as_data = {
         key: [dataclasses.asdict(r) for r in value] if isinstance(value, list) else value
         for key, value in results.items()

@@ -12,7 +12,13 @@ import sys
 from collections import defaultdict
 from typing import Any
 
-__all__ = ["plot_results"]
+__all__ = ["figure", "plot_results"]
+
+
+def _uncertain(*rows: dict) -> bool:
+    """Whether a value computed from these rows is marked ``?`` in the tables: one of them
+    was noisy or stalled by the scheduler."""
+    return any(r.get("noisy") or r.get("stalled") for r in rows)
 
 
 def _bars(
@@ -23,11 +29,24 @@ def _bars(
     title: str,
     log: bool = False,
     reference: float | None = None,
+    uncertain: dict[str, list[bool]] | None = None,
 ) -> None:
+    """Grouped bars, one series a colour. A value marked uncertain (``?`` in the tables) is
+    drawn faded and hatched; the legend stands outside the axes, beside them, so that it
+    hides no bar."""
+    from matplotlib.patches import Patch
+
     width = 0.8 / max(1, len(series))
+    any_uncertain = False
     for i, (name, values) in enumerate(series.items()):
         xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
-        ax.bar(xs, values, width, label=name)
+        bars = ax.bar(xs, values, width, label=name)
+        for bar, unsure in zip(bars, (uncertain or {}).get(name, [False] * len(values))):
+            if unsure:
+                any_uncertain = True
+                bar.set_alpha(0.4)
+                bar.set_hatch("///")
+                bar.set_edgecolor("black")
     ax.set_xticks(range(len(groups)), groups, fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
@@ -35,12 +54,16 @@ def _bars(
         ax.set_yscale("log")
     if reference is not None:
         ax.axhline(reference, color="grey", linewidth=0.8, linestyle="--")
-    ax.legend(fontsize=7)
+    handles, labels = ax.get_legend_handles_labels()
+    if any_uncertain:
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", alpha=0.6))
+        labels.append("uncertain (? in the table)")
+    ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
 def _lltm_panel(ax, rows: list[dict]) -> None:
     base = {
-        (tuple(r["size"]), r["dtype"], r["phase"]): r["median_us"]
+        (tuple(r["size"]), r["dtype"], r["phase"]): r
         for r in rows
         if r["variant"] == "reference (eager)"
     }
@@ -50,10 +73,13 @@ def _lltm_panel(ax, rows: list[dict]) -> None:
         for size, dtype in keys
     ]
     series: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(keys))
+    unsure: dict[str, list[bool]] = defaultdict(lambda: [False] * len(keys))
     for r in rows:
         if r["phase"] == "forward+backward":
             i = keys.index((tuple(r["size"]), r["dtype"]))
-            series[r["variant"]][i] = r["median_us"] / base[keys[i] + ("forward+backward",)]
+            b = base[keys[i] + ("forward+backward",)]
+            series[r["variant"]][i] = r["median_us"] / b["median_us"]
+            unsure[r["variant"]][i] = _uncertain(r, b)
     _bars(
         ax,
         groups,
@@ -61,6 +87,7 @@ def _lltm_panel(ax, rows: list[dict]) -> None:
         "time ratio to eager (below 1: faster)",
         f"LLTM forward+backward ({rows[0]['device']})",
         reference=1.0,
+        uncertain=unsure,
     )
 
 
@@ -71,10 +98,11 @@ def _sequence_panel(ax, rows: list[dict]) -> None:
         for size, steps, dtype in keys
     ]
     series: dict[str, list[float]] = defaultdict(lambda: [float("nan")] * len(keys))
+    unsure: dict[str, list[bool]] = defaultdict(lambda: [False] * len(keys))
     for r in rows:
-        series[r["variant"]][keys.index((tuple(r["size"]), r["steps"], r["dtype"]))] = (
-            r["gflops"] / r["gemm_gflops"]
-        )
+        i = keys.index((tuple(r["size"]), r["steps"], r["dtype"]))
+        series[r["variant"]][i] = r["gflops"] / r["gemm_gflops"]
+        unsure[r["variant"]][i] = _uncertain(r)
     _bars(
         ax,
         groups,
@@ -82,25 +110,24 @@ def _sequence_panel(ax, rows: list[dict]) -> None:
         "GFLOP/s / large GEMM's",
         f"LLTM over a sequence, forward+backward ({rows[0]['device']})",
         reference=1.0,
+        uncertain=unsure,
     )
 
 
 def _dispatch_panel(ax, rows: list[dict]) -> None:
-    base = {
-        (tuple(r["size"]), r["phase"]): r["median_us"]
-        for r in rows
-        if r["variant"] == "plain Tensor"
-    }
+    base = {(tuple(r["size"]), r["phase"]): r for r in rows if r["variant"] == "plain Tensor"}
     keys = sorted({(tuple(r["size"]), r["phase"]) for r in rows})
     groups = [
         ("1 elem" if size == (1,) else f"{size[0]}x{size[0]}") + f"\n{phase}"
         for size, phase in keys
     ]
     series: dict[str, list[float]] = defaultdict(lambda: [float("nan")] * len(keys))
+    unsure: dict[str, list[bool]] = defaultdict(lambda: [False] * len(keys))
     for r in rows:
         if r["variant"] != "plain Tensor":
             i = keys.index((tuple(r["size"]), r["phase"]))
-            series[r["variant"]][i] = r["median_us"] / base[keys[i]]
+            series[r["variant"]][i] = r["median_us"] / base[keys[i]]["median_us"]
+            unsure[r["variant"]][i] = _uncertain(r, base[keys[i]])
     _bars(
         ax,
         groups,
@@ -109,20 +136,21 @@ def _dispatch_panel(ax, rows: list[dict]) -> None:
         "Per-call cost of the tensor types",
         log=True,
         reference=1.0,
+        uncertain=unsure,
     )
 
 
 def _scalar_panel(ax, rows: list[dict]) -> None:
-    dense = {
-        (r["size"][0], r["phase"]): r["median_us"] for r in rows if r["variant"] == "dense matrix"
-    }
+    dense = {(r["size"][0], r["phase"]): r for r in rows if r["variant"] == "dense matrix"}
     keys = sorted(dense)
-    groups = [f"N={n}\n{op}" for n, op in keys]
+    groups = [f"{op}  N={n}" for n, op in keys]
     series: dict[str, list[float]] = defaultdict(lambda: [float("nan")] * len(keys))
+    unsure: dict[str, list[bool]] = defaultdict(lambda: [False] * len(keys))
     for r in rows:
         if r["variant"] != "dense matrix":
             i = keys.index((r["size"][0], r["phase"]))
-            series[r["variant"]][i] = r["median_us"] / dense[keys[i]]
+            series[r["variant"]][i] = r["median_us"] / dense[keys[i]]["median_us"]
+            unsure[r["variant"]][i] = _uncertain(r, dense[keys[i]])
     _bars(
         ax,
         groups,
@@ -131,7 +159,9 @@ def _scalar_panel(ax, rows: list[dict]) -> None:
         "ScalarTensor structured vs dense",
         log=True,
         reference=1.0,
+        uncertain=unsure,
     )
+    ax.tick_params(axis="x", labelrotation=90, labelsize=6)  # one bar a call: many groups
 
 
 def _conv_bn_panel(ax, rows: list[dict]) -> None:
@@ -142,6 +172,8 @@ def _conv_bn_panel(ax, rows: list[dict]) -> None:
         ("forward+backward time", "median_us"),
     ]
     series = {r["variant"]: [r[key] / base[key] for _, key in metrics] for r in rows}
+    # Memory is counted, not timed: only the time can be uncertain.
+    unsure = {r["variant"]: [False, False, _uncertain(r, base)] for r in rows}
     _bars(
         ax,
         [m for m, _ in metrics],
@@ -149,12 +181,13 @@ def _conv_bn_panel(ax, rows: list[dict]) -> None:
         f"ratio to {base['variant']}",
         f"Two conv-bn layers, batch {base['batch']}, training step",
         reference=1.0,
+        uncertain=unsure,
     )
 
 
-def plot_results(results: dict[str, Any], path: str) -> None:
-    """Draw each section present in `results` (lltm, sequence, dispatch, scalar, conv_bn) into one
-    figure, saved to `path` (its suffix picks the format)."""
+def figure(results: dict[str, Any]):
+    """A matplotlib figure of each section present in `results` (lltm, sequence, dispatch,
+    scalar, conv_bn), one panel each."""
     try:
         import matplotlib
     except ImportError as exc:
@@ -180,7 +213,16 @@ def plot_results(results: dict[str, Any], path: str) -> None:
         draw(ax, results[name])
     fig.suptitle(results.get("machine", ""), fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.985))
-    fig.savefig(path, dpi=110)
+    return fig
+
+
+def plot_results(results: dict[str, Any], path: str) -> None:
+    """Draw `results` (see `figure`) into `path` (its suffix picks the format)."""
+    fig = figure(results)  # picks the Agg backend before pyplot is imported here
+    import matplotlib.pyplot as plt
+
+    # bbox_inches="tight" keeps the legends, which stand beside the axes, in the image.
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
