@@ -26,6 +26,7 @@ from tensortools.types.metadata.dicts import (
     check_batch,
     check_same_keys,
     metadata_of,
+    same_value,
     stackable,
 )
 from tensortools.types.metadata.results import batch_size_of, take_metadata
@@ -169,6 +170,37 @@ def _getitem(cls, func, types, args, kwargs):
     return out
 
 
+def _setitem(cls, func, types, args, kwargs):
+    """``b[index] = value`` with a MetadataTensor value: b stays a batch only where the
+    rows written hold the samples they are written over (``b[m] = b[m] * 2``,
+    ``b[i] = b[i] + 1``); another sample's rows (``b[:2] = b[2:]``, ``b[0] = b[1]``,
+    ``b[:] = b.flip(0)``) would sit under the labels of samples they are not, so b
+    becomes one tensor, its metadata whole. (A plain value's rows join the samples', as
+    in ``b + t``.)"""
+    batch, value = args[0], argument(func, args, kwargs, 2, None)
+    size = batch_size_of(batch)
+    theirs = metadata_of(value) if isinstance(value, MetadataTensor) else None
+    if size is None or not theirs:  # (no labels to compare: a plain value)
+        return NotImplemented
+    metadata = metadata_of(batch) or {}
+    selection = index_selection(
+        argument(func, args, kwargs, 1, None), size, len(plain_shape(batch))
+    )
+    out = _plain_fallback(cls, func, types, args, kwargs)
+    if selection is MIXED:
+        same = False
+    else:
+        want = _select(metadata, selection)
+        same = (
+            batch_size_of(value) == _count(size, selection)
+            and want.keys() == theirs.keys()
+            and all(same_value(want[k], theirs[k]) for k in want)
+        )
+    if not same:
+        take_metadata(batch, None, None, False)
+    return out
+
+
 def _taking_apart(pick: Callable) -> Callable:
     """The rule of a call that may take a batch apart along dim 0. ``pick(func, args,
     kwargs, out, size, ndim)`` pairs each piece of the call's result `out` with the
@@ -296,6 +328,7 @@ def _join(values: list) -> Any:
 BATCH_RULES.update(
     {
         Tensor.__getitem__: _getitem,
+        Tensor.__setitem__: _setitem,
         Tensor.__iter__: _iterate,
         Tensor.grad.__get__: _grad,
         torch.cat: _cat,

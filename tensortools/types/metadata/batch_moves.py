@@ -15,6 +15,7 @@ from torch import Tensor
 
 from tensortools.types.metadata.batch import plain_shape
 from tensortools.types.metadata.batch_verdict import (
+    ALL,
     DROP,
     KEEP,
     Call,
@@ -184,6 +185,8 @@ def gather(call: Call) -> Any:
     if not isinstance(index, Tensor) or index.dim() != call.ndim:
         return DROP
     if dim != 0:
+        if len(call.samplers) > 1:  # (an index of the same samples, b.argsort(1): row by row)
+            return kept_rows(call, rows=ALL)
         return list(range(plain_shape(index)[0]))  # row r of the result: from sample r
     rows = _whole_rows(index)
     return DROP if rows is None else [r % call.size for r in rows]
@@ -194,7 +197,7 @@ def take_along_dim(call: Call) -> Any:
     if dim is None or not isinstance(indices, Tensor) or indices.dim() != call.ndim:
         return DROP
     if dim_of(dim, call.ndim) != 0:
-        return kept_rows(call)
+        return kept_rows(call, rows=ALL)  # (indices of the same samples: row by row)
     rows = _whole_rows(indices)
     return DROP if rows is None else [r % call.size for r in rows]
 

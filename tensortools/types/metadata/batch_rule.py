@@ -10,6 +10,13 @@ result's dim 0 holds the samples:
   ``sort`` of a 1-D batch, ``gather``/``take_along_dim`` of whole rows, ``repeat``, ...):
   each row then carries the metadata of the sample it holds.
 
+A rule judges every argument that holds samples (each batch among the call's tensors,
+``Call.samplers``), not the first alone: a result keeps the batch only where each of them
+holds the same samples in the same rows and is passed where the call keeps rows as rows
+(``kept_rows``' `rows`): ``b + b.flip(0)`` is not a batch, nor is ``b.scatter(0, idx, b)``,
+whose source's rows go to other rows. In-place forms are judged as their out-of-place
+forms (``batch_settle``).
+
 Every other call drops the batch: its results keep the batch's metadata whole (one entry
 per sample) with ``batch_size`` None. So does a call the table lists when its arguments
 leave the rule's ground (``torch.flip(b, [0])`` of a 2-D batch is a permutation, a
@@ -60,6 +67,7 @@ from tensortools.types.metadata.batch_moves import (
     topk,
 )
 from tensortools.types.metadata.batch_verdict import (
+    ALL,
     DROP,
     KEEP,
     Call,
@@ -78,7 +86,9 @@ from tensortools.types.metadata.batch_verdict import (
     quantile,
     row_major,
     same,
+    unchanged,
     where,
+    written,
 )
 from tensortools.types.metadata.dicts import same_value
 from tensortools.types.metadata.results import batch_size_of
@@ -98,7 +108,7 @@ def _cat(call: Call) -> Any:
     dim 0, batches are joined by the rule of metadata.batch; anything else there is not one)."""
     if 0 in dims_of(argument_of(call, 1, 0, "dim"), call.ndim):
         return DROP
-    return kept_rows(call, same_ndim=True)
+    return kept_rows(call, same_ndim=True, rows=ALL)
 
 
 def _stack(call: Call) -> Any:
@@ -117,14 +127,20 @@ def _stack(call: Call) -> Any:
             return DROP
         if not all(same_value(metadata[key], samples[key]) for key in samples):
             return DROP
-    return kept_rows(call)
+    return kept_rows(call, rows=ALL)
 
 
 def _sequence(call: Call) -> Any:
-    """ops.lltm_sequence (input T×B×F): h_n and c_n have h0's rows; output's dim 0 is time."""
+    """ops.lltm_sequence (input T×B×F): h_n and c_n (its last results) have the rows of
+    h0 and c0, whatever T; output's dim 0 is time. An input batch's rows are steps, which
+    the recurrence mixes."""
     if call.batch is not argument_of(call, 3) and call.batch is not argument_of(call, 4):
         return DROP
-    return [DROP, *([kept_rows(call)] * (len(call.results) - 1))]
+    if len(call.results) < 3:  # (a result that is an argument: not the operator's own)
+        return DROP
+    *_, h_n, c_n = call.results
+    state = kept_rows(call, rows=(3, 4), results=[h_n, c_n])
+    return [state if t is h_n or t is c_n else DROP for t in call.results]
 
 
 # -- the table: function -> rule ----------------------------------------------------------
@@ -200,18 +216,22 @@ _add(
     elementwise,
     _NN,
 )
-_add(
-    """to type type_as masked_scatter index_fill index_add index_copy index_put scatter
-    scatter_add scatter_reduce index_reduce put diagonal_scatter select_scatter
-    slice_scatter""",
-    of_input(elementwise),
-)
+_add("to type type_as expand expand_as broadcast_to", of_input(unchanged))
+# Writes into a copy of the input: (the sources' positions, the dims' (position, name,
+# default)); along dim 0 a source's rows go to other rows.
+_add("index_fill put", written(()))
+_add("masked_scatter", written((), rows=(0, 1)))  # (the mask: elementwise)
+_add("index_put", written((), rows=(0, 1)))  # (the indices: masks made of the batch)
+_add("index_add index_copy index_reduce", written((3,), (1, "dim", None)))
+_add("scatter scatter_add scatter_reduce", written((2, 3), (1, "dim", None)))
+_add("select_scatter", written((1,), (2, "dim", None)))
+_add("slice_scatter", written((1,), (2, "dim", 0)))
+_add("diagonal_scatter", written((1,), (3, "dim1", 0), (4, "dim2", 1)))
 _add(
     "view reshape flatten unflatten squeeze unsqueeze view_as reshape_as ravel atleast_1d "
     "atleast_2d atleast_3d view_as_real view_as_complex",
     of_input(row_major),
 )
-_add("expand expand_as broadcast_to", of_input(elementwise))
 
 # Reductions, scans and calls over dims: (names, position of the dim, its default).
 for _names, _position, _default in [
@@ -312,6 +332,9 @@ RULES.update(
     {
         ops.lltm: operand((0, 3, 4), 2),
         ops.axpby: elementwise,
+        ops.scale: elementwise,
+        ops.add_diagonal: elementwise,
+        ops.graph_conv: operand((0,), 2),
         ops.fused_conv_bn2d: operand((0,), 4),
         ops.lltm_sequence: _sequence,
         lltm_sequence_batch_first: operand((0, 3, 4), 3),

@@ -14,11 +14,15 @@ from torch import Tensor
 
 from tensortools.dispatch.binding import argument
 from tensortools.types.metadata.batch import plain_shape
+from tensortools.types.metadata.dicts import metadata_of, same_value
+from tensortools.types.metadata.results import batch_size_of
 
 __all__ = [
+    "ALL",
     "DROP",
     "KEEP",
     "Call",
+    "aligned",
     "argument_of",
     "batched",
     "cdist",
@@ -36,7 +40,10 @@ __all__ = [
     "quantile",
     "row_major",
     "same",
+    "same_samples",
+    "unchanged",
     "where",
+    "written",
 ]
 
 
@@ -54,6 +61,9 @@ DROP = _Drop()
 
 # (a list of ints is the third kind of verdict: row r holds sample list[r])
 
+#: Rows: every tensor argument's rows are the result's (broadcast, as elementwise calls).
+ALL = None
+
 
 class Call(NamedTuple):
     """A call with a batch among its arguments, and its results."""
@@ -65,6 +75,8 @@ class Call(NamedTuple):
     ndim: int  # the batch's
     size: int  # the batch's (its dim 0)
     results: list  # the call's tensor results that are not its arguments
+    # every argument tensor that holds samples (a batch), once per place it is passed
+    samplers: tuple = ()
 
 
 def argument_of(call: Call, position: int, default: Any = None, name: str | None = None) -> Any:
@@ -95,10 +107,57 @@ def is_input(call: Call, position: int = 0) -> bool:
     return argument_of(call, position) is call.batch
 
 
-def kept_rows(call: Call, same_ndim: bool = False) -> Any:
+def same_samples(a: Tensor, b: Tensor) -> bool:
+    """Whether batches `a` and `b` hold the same samples in the same rows: the same batch,
+    or batches of one size whose metadata (the per-sample labels) are equal."""
+    if a is b:
+        return True
+    if batch_size_of(a) != batch_size_of(b):
+        return False
+    ma, mb = metadata_of(a) or {}, metadata_of(b) or {}
+    return ma is mb or (ma.keys() == mb.keys() and all(same_value(ma[k], mb[k]) for k in ma))
+
+
+def _tensors(value: Any) -> list:
+    if isinstance(value, Tensor):
+        return [value]
+    return [t for t in value if isinstance(t, Tensor)] if isinstance(value, (list, tuple)) else []
+
+
+def aligned(call: Call, rows: tuple | None = ALL, others_unused: bool = False) -> bool:
+    """Whether every argument that holds samples puts them in the result's rows as the
+    batch does: each one passed at a position of `rows` (ALL: any, the arguments
+    broadcast against each other) and holding the batch's samples in the same rows.
+    A batch passed elsewhere (a source whose rows a call writes into other rows, a
+    matrix whose rows it contracts) mixes samples: False; others_unused: the arguments
+    elsewhere give no values (``b.view_as(other)``) and are not judged."""
+    samplers = call.samplers
+    if len(samplers) < 2:  # (the common call: one batch, which the rule placed)
+        return True
+    if rows is not ALL:
+        at = [
+            t for p in rows for t in _tensors(argument_of(call, p)) if batch_size_of(t) is not None
+        ]
+        if not others_unused and len(at) != len(samplers):
+            return False
+        samplers = at
+    return all(same_samples(t, call.batch) for t in samplers)
+
+
+def kept_rows(
+    call: Call,
+    same_ndim: bool = False,
+    rows: tuple | None = (0,),
+    others_unused: bool = False,
+    results: list | None = None,
+) -> Any:
     """KEEP where every result's dim 0 has the batch's size (and, where asked, the
-    batch's number of dims), else DROP: a check that the call's structure holds."""
-    for t in call.results:
+    batch's number of dims) and every argument that holds samples is `aligned` at
+    `rows`, else DROP: a check that the call's structure holds (of `results` where
+    given, else of all the call's results)."""
+    if len(call.samplers) > 1 and not aligned(call, rows, others_unused):
+        return DROP
+    for t in call.results if results is None else results:
         shape = plain_shape(t)
         if not shape or shape[0] != call.size or (same_ndim and len(shape) != call.ndim):
             return DROP
@@ -116,13 +175,41 @@ def same(call: Call) -> Any:
 
 def elementwise(call: Call) -> Any:
     """Elementwise over broadcast arguments: the batch's rows stay in front unless
-    broadcasting adds dims before them or repeats a batch of one."""
-    return kept_rows(call, same_ndim=True)
+    broadcasting adds dims before them or repeats a batch of one; every argument that holds
+    samples (``b + b.flip(0)``, ``torch.where(m, b, b2)``) must hold the batch's, row by
+    row."""
+    return kept_rows(call, same_ndim=True, rows=ALL)
 
 
 def where(call: Call) -> Any:
     # (torch.where(cond) alone is nonzero: indices, not samples)
     return elementwise(call) if len(call.args) + len(call.kwargs) > 1 else DROP
+
+
+def unchanged(call: Call) -> Any:
+    """The input's elements as they are, in a new dtype or device or broadcast to a shape
+    (``to``, ``type_as``, ``expand_as``): another tensor argument gives none of them."""
+    return kept_rows(call, same_ndim=True, others_unused=True)
+
+
+def written(sources: tuple, *dims: tuple, rows: tuple = (0,)) -> Callable:
+    """A call that writes tensors into a copy of its input (``scatter``, ``index_copy``,
+    ``slice_scatter``, ...) along its dims (each a (position, name, default)); none: a
+    flat write (``put``, ``masked_scatter``): the input's rows stay its samples', and so
+    do those of the arguments at `rows` (a mask, elementwise). The arguments at
+    positions `sources` are written row for row where the write is along other dims
+    than 0; along dim 0, or flat, they go to other rows (their samples then sit in rows
+    of other samples), so a batch among them is not the result's."""
+
+    def rule(call: Call) -> Any:
+        if not is_input(call):
+            return DROP
+        along = [dim_of(argument_of(call, p, d, n), call.ndim) for p, n, d in dims]
+        into = rows if not dims or 0 in along or None in along else (*rows, *sources)
+        return kept_rows(call, same_ndim=True, rows=into)
+
+    rule.__name__ = f"written({sources}, {dims})"
+    return rule
 
 
 def of_input(rule: Callable) -> Callable:
@@ -138,8 +225,9 @@ def of_input(rule: Callable) -> Callable:
 
 def row_major(call: Call) -> Any:
     """A reshape: the elements in their order, so a result whose dim 0 has the batch's
-    size holds sample r in row r (``view``, ``reshape``, ``flatten``, ``squeeze``)."""
-    return kept_rows(call)
+    size holds sample r in row r (``view``, ``reshape``, ``flatten``, ``squeeze``); the
+    tensor of ``view_as``/``reshape_as`` gives only its shape."""
+    return kept_rows(call, others_unused=True)
 
 
 def over_dims(position: int, default: Any = None, name: str = "dim") -> Callable:
@@ -150,11 +238,12 @@ def over_dims(position: int, default: Any = None, name: str = "dim") -> Callable
         dim = argument_of(call, position, default, name)
         if isinstance(dim, Tensor):  # torch.max(b, other) and the like
             return elementwise(call)
-        if dim is None or isinstance(dim, bool) or dim == ():  # (std(b, True): every dim)
+        if dim is None or isinstance(dim, (bool, list, tuple)) and not dim:
+            return DROP  # (std(b, True), sum(b, ()): every dim)
+        dims = dims_of(dim, call.ndim)
+        if 0 in dims or None in dims:
             return DROP
-        if 0 in dims_of(dim, call.ndim) or None in dims_of(dim, call.ndim):
-            return DROP
-        return kept_rows(call)
+        return kept_rows(call, rows=ALL)  # (cross(b, other, 1), diff(b, append=a))
 
     rule.__name__ = f"over_dims({position}, {default!r})"
     return rule
@@ -166,7 +255,7 @@ def batched(min_ndim: int) -> Callable:
     input's dim 0 is channels or features)."""
 
     def rule(call: Call) -> Any:
-        return kept_rows(call) if call.ndim >= min_ndim else DROP
+        return kept_rows(call, rows=ALL) if call.ndim >= min_ndim else DROP
 
     rule.__name__ = f"batched({min_ndim})"
     return rule
@@ -202,14 +291,24 @@ def quantile(call: Call) -> Any:
 
 def matmul(first: int) -> Callable:
     """matmul and @ (the left operand at `first`): a 2-D batch on the left times a
-    matrix or a vector (its rows), or a batch of matrices of ≥3 dims on either side."""
+    matrix or a vector (its rows), or a batch of matrices of ≥3 dims on either side,
+    times a matrix, a vector (``b @ v``, ``u @ b``: one dim less) or another batch of
+    matrices (the two batched row by row)."""
 
     def rule(call: Call) -> Any:
         left, right = argument_of(call, first), argument_of(call, 1 - first)
-        if call.ndim == 2 and left is call.batch:
-            other = right.dim() if isinstance(right, Tensor) else 0
-            return kept_rows(call) if other <= 2 else DROP
-        return kept_rows(call, same_ndim=True) if call.ndim >= 3 else DROP
+        mine, other = (first, right) if left is call.batch else (1 - first, left)
+        other_ndim = other.dim() if isinstance(other, Tensor) else 0
+        if call.ndim == 2 and mine == first:
+            return kept_rows(call, rows=(mine,)) if other_ndim <= 2 else DROP
+        if call.ndim < 3:
+            return DROP
+        if other_ndim >= 3:
+            return kept_rows(call, same_ndim=True, rows=ALL)
+        want = call.ndim - (other_ndim == 1)
+        if any(len(plain_shape(t)) != want for t in call.results):
+            return DROP
+        return kept_rows(call, rows=(mine,))
 
     rule.__name__ = f"matmul(left={first})"
     return rule
@@ -223,7 +322,7 @@ def operand(positions: tuple, min_ndim: int = 1) -> Callable:
     def rule(call: Call) -> Any:
         if call.ndim < min_ndim or not any(argument_of(call, p) is call.batch for p in positions):
             return DROP
-        return kept_rows(call)
+        return kept_rows(call, rows=positions)
 
     rule.__name__ = f"operand({positions}, {min_ndim})"
     return rule

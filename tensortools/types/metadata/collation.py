@@ -61,8 +61,8 @@ def _stack(tensors, dim=0, *, out=None):
     """torch.stack of samples along dim 0: the batch default_collate makes of them (of
     batches: the batch of steps, each step one of them)."""
     items = list(tensors)
-    if out is not None or not items or not isinstance(dim, int):
-        return NotImplemented
+    if out is not None or not items or isinstance(dim, bool) or not hasattr(dim, "__index__"):
+        return NotImplemented  # (a NumPy int is a dim as an int is; a name is not)
     if any(not isinstance(t, MetadataTensor) and has_torch_function((t,)) for t in items):
         # a sample of a type that overrides torch (a tensor-like, another subclass): the
         # call is passed on to it (the fallback), as torch's protocol asks; it was taken
