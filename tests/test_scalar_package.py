@@ -28,6 +28,7 @@ FAMILIES = {
     "closed_forms",
     "linalg",
     "queries",
+    "operators",
     "in_place",
 }
 

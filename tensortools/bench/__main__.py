@@ -45,7 +45,13 @@ from tensortools.bench.recurrent import (
     format_recurrent_table,
     recurrent_rows,
 )
-from tensortools.bench.scalar import SCALAR_SIZES, format_scalar_table, scalar_rows
+from tensortools.bench.scalar import (
+    OPERATOR_SIZES,
+    SCALAR_SIZES,
+    format_scalar_table,
+    operator_rows,
+    scalar_rows,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nScalarTensor structured against the dense matrix (float32, {args.device})")
         results["scalar"] = scalar_rows(
             args.scalar_size or SCALAR_SIZES,
+            device=args.device,
+            min_run_time=args.min_run_time,
+            rounds=args.rounds,
+            progress=progress,
+        ) + operator_rows(  # tensortools.ops through ScalarTensor's handlers
+            args.scalar_size or OPERATOR_SIZES,
             device=args.device,
             min_run_time=args.min_run_time,
             rounds=args.rounds,

@@ -11,7 +11,8 @@ Its modules, each importing only those above it in this list:
   ``arithmetic`` (add, sub, mul, div, neg, matmul), ``elementwise`` (functions with
   f(0) = 0), ``reductions`` (sums, extremes, trace), ``closed_forms`` (mean, var, std,
   logsumexp, norms), ``linalg`` (det, inverse, eigenvalues, solve, ...), ``queries``
-  (numel, stride, conversions, views, diagonals, transposes) and ``in_place`` (the
+  (numel, stride, conversions, views, diagonals, transposes), ``operators``
+  (tensortools.ops: lltm, graph_conv, axpby, scale, add_diagonal) and ``in_place`` (the
   fallback: dense calls, and the rules of calls that change a ScalarTensor);
 - ``fast_path``: the calls csrc/python/scalar_dispatch.cpp answers in C, as the
   families' handlers do.
@@ -24,6 +25,7 @@ from tensortools.types.scalar import (  # noqa: F401  (each registers on the cla
     fast_path,
     in_place,
     linalg,
+    operators,
     queries,
     reductions,
 )
