@@ -159,3 +159,41 @@ def test_iteration_compiles_without_the_rows_metadata():
         f"torch {torch.__version__} now keeps the metadata of a MetadataTensor's rows in "
         "compiled iteration: take it out of docs/metadata-tensor.md"
     )
+
+
+def _batch():
+    rows = [MetadataTensor(torch.randn(4, 3), {"k": k}) for k in range(4)]
+    return torch.stack(rows)
+
+
+# What compiles with fullgraph=True once the binding's reading of torch's schemas is a
+# constant to dynamo (it traced the schema lookup, and str.startswith on a function's
+# __name__ stopped it): the calls whose handlers bind their arguments. (Under aot_eager no
+# call on a subclass compiles, LIMITS; torch.stack's handler calls x.as_subclass(Tensor),
+# which dynamo refuses, docs/writing-a-type.md.)
+BOUND = {
+    "torch.cat": lambda x, b: torch.cat([x, x]),
+    "torch.cat along 1": lambda x, b: torch.cat([x, x], dim=1),
+    "b.chunk(2)": lambda x, b: b.chunk(2),
+    "b.chunk(2, dim=1)": lambda x, b: b.chunk(2, dim=1),
+    "torch.tensor_split(b, 2)": lambda x, b: torch.tensor_split(b, 2),
+    "b.tensor_split([1, 3])": lambda x, b: b.tensor_split([1, 3]),
+    "b.argsort(dim=1)": lambda x, b: b.argsort(dim=1),
+    "torch.argsort(b, 0)": lambda x, b: torch.argsort(b, 0),
+}
+
+
+@pytest.mark.parametrize("case", BOUND)
+def test_calls_whose_arguments_are_bound_compile_with_eagers_values(case):
+    func = BOUND[case]
+    x, b = MetadataTensor(torch.randn(4, 3), {"k": 1}), _batch()
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(func, fullgraph=True, backend="eager")(x, b)
+    want = func(x, b)
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert type(g) is type(w) and g.metadata == w.metadata
+        torch.testing.assert_close(g.as_subclass(torch.Tensor), w.as_subclass(torch.Tensor))

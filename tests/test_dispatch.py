@@ -220,3 +220,46 @@ def test_a_broken_record_sends_calls_to_the_python_path(record):
         and type(out) is Tagged
         and torch.equal(out.as_subclass(torch.Tensor), torch.full((2,), 2.0))
     )
+
+
+_IN_PLACE = {
+    "x.mul_(y)": lambda x, y: x.mul_(y),
+    "x.add_(y, alpha=2)": lambda x, y: x.add_(y, alpha=2),
+    "x.sub_(1)": lambda x, y: x.sub_(1),
+    "x.div_(y)": lambda x, y: x.div_(y),
+    "x.clamp_(0, 1)": lambda x, y: x.clamp_(0, 1),
+    "x.zero_()": lambda x, y: x.zero_(),
+    "x.fill_(3)": lambda x, y: x.fill_(3),
+    "x.copy_(y)": lambda x, y: x.copy_(y),
+    "x.exp_()": lambda x, y: x.exp_(),
+    "x *= y": lambda x, y: x.__imul__(y),
+    "torch.mul(x, y, out=x)": lambda x, y: torch.mul(x, y, out=x),
+}
+
+
+@pytest.mark.parametrize("call", _IN_PLACE)
+def test_the_fallbacks_in_place_forms_return_the_instance_with_its_attributes(call):
+    """What docs/writing-a-type.md says of the fallback: an argument the call writes and
+    returns comes back as that very object, without wrap (its attributes unchanged), with
+    plain torch's values; a new result goes through wrap."""
+    from tensortools.dispatch import TensorWrapper
+
+    class Tagged(TensorWrapper):
+        @classmethod
+        def context(cls, func, args, kwargs):
+            return func.__name__
+
+        @classmethod
+        def wrap(cls, tensor, tag):
+            out = tensor.as_subclass(cls)
+            out.tag = tag
+            return out
+
+    t, other = torch.tensor([0.5, 2.0, -1.0]), torch.tensor([2.0, 0.25, 4.0])
+    x = Tagged.wrap(t.clone(), "mine")
+    got = _IN_PLACE[call](x, other)
+    want = _IN_PLACE[call](t.clone(), other)
+    assert got is x and x.tag == "mine"
+    torch.testing.assert_close(x.as_subclass(torch.Tensor), want, rtol=0, atol=0)
+    new = torch.mul(x, other)
+    assert type(new) is Tagged and new.tag == "mul"

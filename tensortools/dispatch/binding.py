@@ -9,8 +9,15 @@ torch's own parameters first (:func:`bind`), with the form actually called (``x.
 puts ``dtype`` where ``torch.norm`` has ``out``) and the overload torch picks
 (``torch.std(x, False)`` is ``unbiased=False``):
 
+- an int of another library (``np.int64``) where torch takes an int arrives as the
+  Python int torch's parser binds (:func:`as_python_ints`);
 - a list of ints that a method takes spread out arrives as one tuple (``x.flip(0, 1)``
   and ``x.flip(-1)`` as ``flip(x, (0, 1))`` and ``flip(x, (-1,))``);
+- a handler's parameter named as torch documents its position for all overloads
+  (``vsplit``'s ``indices_or_sections``, ``get_testing_overrides()``'s names;
+  :mod:`tensortools.dispatch.documented`) takes whatever an overload puts there, unless
+  the handler also names that overload's parameter; an alias torch documents
+  (``torch.swapaxes``) arrives in the form of the function it aliases;
 - an argument reaches the handler's parameter of torch's name for it, else the handler's
   parameter in torch's position (unless the handler gave that one another of torch's
   names), else the handler's ``**kwargs`` by torch's name;
@@ -31,14 +38,25 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import torch
 
+from tensortools._compiler import when_dynamo_loads
+from tensortools.dispatch.documented import documented_aliases
 from tensortools.dispatch.signatures import ALIASES, Positions, accepts, torch_positions
 
-__all__ = ["HandlerShape", "argument", "bind", "plain_up_to", "torch_positions"]
+__all__ = [
+    "HandlerShape",
+    "argument",
+    "as_python_ints",
+    "bind",
+    "foreign_ints",
+    "plain_up_to",
+    "torch_positions",
+]
 
 _INF = float("inf")
 
@@ -112,6 +130,8 @@ def bind(
     the function `form` (func itself or the torch function whose method func is), takes
     it, or None where the handler cannot take it (the policy then decides)."""
     positions = torch_positions(func)
+    args = tuple(map(as_python_ints, args))
+    kwargs = {k: as_python_ints(v) for k, v in kwargs.items()}
     if positions.spread and len(args) > 3 - positions.spread and all(map(_is_int, args[1:])):
         args = (args[0], args[1:])  # (x.flip(0, 1): torch's flip(x, (0, 1)))
     moved = _translation(func, form)
@@ -157,6 +177,46 @@ def _is_int(value: Any) -> bool:
     return (type(value) is int) or isinstance(value, torch.SymInt)
 
 
+def _foreign_int(value: Any) -> bool:
+    """An int of another library that torch's parser takes for one (np.int64): an
+    object of a type with ``__index__`` that is neither int, bool, a SymInt nor a tensor
+    or tensor-like (a 0-dim tensor is an int to the parser, but not one to normalise)."""
+    kind = type(value)
+    return (
+        kind not in (int, bool, list, tuple)
+        and hasattr(kind, "__index__")
+        and not hasattr(kind, "__torch_function__")
+        and not isinstance(value, torch.SymInt)
+    )
+
+
+def foreign_ints(args: tuple, positions: tuple[int, ...]) -> bool:
+    """Whether an argument in one of `positions` (those torch takes ints in) is, or
+    holds, an int of another library (:func:`as_python_ints` turns them into ints)."""
+    for i in positions:
+        if i < len(args):
+            value = args[i]
+            if type(value) is int:
+                continue
+            if _foreign_int(value) or (
+                type(value) in (list, tuple) and any(map(_foreign_int, value))
+            ):
+                return True
+    return False
+
+
+def as_python_ints(value: Any) -> Any:
+    """value with every int of another library in it (np.int64, at the top or in a list
+    or tuple) as the Python int torch's parser binds (``operator.index``): handlers and
+    rules see ``x.flip(np.int64(0))`` as ``x.flip((0,))``, ``b.sum(np.int64(1))`` as
+    ``b.sum(1)``."""
+    if type(value) in (list, tuple):
+        if any(map(_foreign_int, value)):
+            return type(value)(operator.index(v) if _foreign_int(v) else v for v in value)
+        return value
+    return operator.index(value) if _foreign_int(value) else value
+
+
 def _is_default(value: Any, default: Any) -> bool:
     return value is default or (
         type(value) is type(default) and type(value) in (bool, int, float, str) and value == default
@@ -182,6 +242,10 @@ def _plan(positions: Positions, shape: HandlerShape, given: int, keys: tuple) ->
             own = shape.positional[i]
             if positions.layout[i] == name and not (own in positions.names and own != name):
                 j = i  # (a parameter the handler names its own way)
+            elif _documented(positions, shape, i, name):
+                j = i  # (vsplit's indices= for a handler of torch's indices_or_sections)
+        elif j is None and i is not None and shape.more_positional and not shape.more_keywords:
+            j = i if name not in shape.keywords else None  # (x.tile(dims=) for (self, *reps))
         if j is not None:
             if j < given or j in slots:
                 return None  # given twice: torch's own TypeError, from the fallback
@@ -198,8 +262,8 @@ def _plan(positions: Positions, shape: HandlerShape, given: int, keys: tuple) ->
     while given + len(appended) in slots:
         appended.append(slots.pop(given + len(appended)))
     for j, key in slots.items():  # (after a gap: by the handler's name)
-        if not shape.positional[j]:
-            return None  # (positional-only: a gap before it cannot be left)
+        if j >= len(shape.positional) or not shape.positional[j]:
+            return None  # (positional-only or *args: a gap before it cannot be left)
         renamed.append((key, shape.positional[j]))
     names = [to for _, to in renamed]
     if len(set(names)) < len(names) or set(names) & set(shape.positional[: given + len(appended)]):
@@ -226,6 +290,8 @@ def _resolve_overload(
     first = None
     for i in range(start, n):
         name, own = matched[0][i][0], shape.positional[i] if i < len(shape.positional) else ""
+        if _documented(positions, shape, i, name):
+            continue
         torchs = {o[i][0] for o in positions.overloads if i < len(o)}
         if name != (own if own in torchs else positions.layout[i]):
             first = i
@@ -238,6 +304,22 @@ def _resolve_overload(
     return args[:first], {**moved, **kwargs}
 
 
+def _documented(positions: Positions, shape: HandlerShape, i: int, name: str) -> bool:
+    """Whether the handler's parameter in position i has the name torch documents for
+    that position in all its overloads (vsplit's indices_or_sections, view's shape,
+    get_testing_overrides()'s), so takes the argument an overload calls `name` there;
+    unless the handler takes `name` itself, in a later position or by keyword only
+    (torch.std(x, False) is unbiased=False for a handler that names unbiased)."""
+    own = shape.positional[i] if i < len(shape.positional) else ""
+    if not own or own == name or i >= len(positions.documented):
+        return False
+    if own not in positions.documented[i]:
+        return False
+    if name in shape.positional:
+        return shape.positional.index(name) < i  # (gru's packed overload: hx in 2, not 1)
+    return name not in shape.keywords
+
+
 @functools.cache
 def _translation(func: Callable, form: Callable) -> tuple | None:
     """How a call of `func` (a Tensor method written in Python) becomes one of `form` (the
@@ -247,7 +329,12 @@ def _translation(func: Callable, form: Callable) -> tuple | None:
     if func is form:
         return None
     f, g = torch_positions(func), torch_positions(form)
-    if len(f.layout) < 2 or len(g.layout) < 2 or f.parsed or g.parsed:
+    if (
+        len(f.layout) < 2
+        or len(g.layout) < 2
+        or (f.parsed or g.parsed)
+        and not _aliased(func, form)
+    ):
         return None
     rename = {}
     for i, name in enumerate(f.layout[1:], 1):
@@ -260,6 +347,22 @@ def _translation(func: Callable, form: Callable) -> tuple | None:
         return None
     names = tuple(rename[name] for name in f.layout[1:])
     return (differs[0] if differs else _INF), names, rename
+
+
+@when_dynamo_loads
+def _register_with_dynamo() -> None:
+    # (as torch_positions: a constant of its arguments, which dynamo would trace through
+    # functools.cache into the scan of torch's documented aliases)
+    for fact in (_translation, _translation.__wrapped__):
+        torch.compiler.assume_constant_result(fact)
+
+
+def _aliased(func: Callable, form: Callable) -> bool:
+    """Whether func (or the torch function whose method it is) is an alias torch documents
+    of form: torch.swapaxes's axis0 is torch.transpose's dim0."""
+    aliases = documented_aliases(form)
+    owner = getattr(torch, getattr(func, "__name__", ""), None)
+    return func in aliases or owner in aliases
 
 
 def _as_form(moved: tuple, args: tuple, kwargs: dict) -> tuple[Any, dict]:
@@ -279,11 +382,11 @@ def argument(
     """The argument torch binds to `position` of the call ``func(*args, **kwargs)``, given
     by position, by torch's name or by an alias; `default` where the call leaves it out."""
     if position < len(args):
-        return args[position]
+        return as_python_ints(args[position])
     positions = torch_positions(func)
     for key, value in kwargs.items():
         if positions.parsed and key in ALIASES and key not in positions.names:
             key = ALIASES[key]
         if positions.index.get(key) == position:
-            return value
+            return as_python_ints(value)
     return default

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import types
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import torch
+
+from tensortools._compiler import when_dynamo_loads
+from tensortools.dispatch.documented import documented_names
 
 __all__ = ["Positions", "accepts", "torch_positions"]
 
@@ -47,6 +51,11 @@ class Positions(NamedTuple):
     spread: int = 0
     #: torch's default of a parameter, where its overloads agree
     defaults: Mapping[str, Any] = {}
+    #: the names torch documents for each position, for all its overloads
+    #: (documented.documented_names: vsplit's indices_or_sections, view's shape)
+    documented: tuple[frozenset, ...] = ()
+    #: the positions some overload takes an int or a list of ints in (a dim, sizes)
+    ints: tuple[int, ...] = ()
 
 
 _NONE = Positions({}, frozenset(), False)
@@ -110,7 +119,23 @@ def torch_positions(func: Callable) -> Positions:
         tuple(overloads) if ambiguous_from < len(layout) else (),
         _spread(overloads) if method else 0,
         {k: v for k, v in defaults.items() if v is not _NO_DEFAULT},
+        documented_names(func),
+        tuple(
+            sorted({i for o in overloads for i, (_, kind, _) in enumerate(o) if _INT.search(kind)})
+        ),
     )
+
+
+_INT = re.compile(r"\bint\b")
+
+
+@when_dynamo_loads
+def _register_with_dynamo() -> None:
+    # torch.compile traces a function's body through functools.cache, and cannot trace
+    # the schema lookup (str.startswith on a traced function's __name__): it calls the
+    # function instead and takes the answer as a constant, which it is (one per func).
+    torch.compiler.assume_constant_result(torch_positions)
+    torch.compiler.assume_constant_result(torch_positions.__wrapped__)
 
 
 def _layout(overloads: list) -> tuple[tuple[str, ...], int]:
@@ -148,7 +173,9 @@ def _python_positions(func: Callable) -> Positions:
         index[p.name] = i
     defaults = {p.name: p.default for p in params if p.default is not p.empty}
     layout = tuple(sorted(index, key=index.get))
-    return Positions(index, frozenset(p.name for p in params), False, layout, defaults=defaults)
+    names = frozenset(p.name for p in params)
+    documented = documented_names(func)
+    return Positions(index, names, False, layout, defaults=defaults, documented=documented)
 
 
 def _is_int(value: Any) -> bool:

@@ -13,7 +13,14 @@ from torch import Tensor
 from torch.overrides import _is_torch_function_mode_enabled
 
 from tensortools._settings import ClassSetting, register_owner
-from tensortools.dispatch.binding import HandlerShape, bind, plain_up_to, torch_positions
+from tensortools.dispatch.binding import (
+    HandlerShape,
+    bind,
+    foreign_ints,
+    plain_up_to,
+    torch_positions,
+)
+from tensortools.dispatch.documented import documented_aliases
 
 __all__ = ["POLICIES", "POLICY", "TorchFunctionTable", "aliases_of", "strict_refusal"]
 
@@ -134,9 +141,9 @@ class TorchFunctionTable:
     _own_forms: ClassVar[dict[Callable, Callable]] = {}
     # func -> (handler, how many positional arguments reach it as they are, its
     # HandlerShape, func, the function it was registered for, whether func takes its ints
-    # spread out): what __torch_function__ reads, so that a call whose arguments the
-    # handler takes as they are costs one lookup (tensortools.dispatch.binding binds the
-    # others)
+    # spread out, the positions func takes ints in): what __torch_function__ reads, so
+    # that a call whose arguments the handler takes as they are costs one lookup
+    # (tensortools.dispatch.binding binds the others, and a NumPy int among them)
     _calls: ClassVar[dict[Callable, tuple]] = {}
     _registry_lock: ClassVar[threading.RLock] = threading.RLock()
 
@@ -158,8 +165,9 @@ class TorchFunctionTable:
         calls = {}
         for func, handler in merged.items():
             shape, form = _shape_of(handler), forms.get(func, func)
-            spread = bool(torch_positions(func).spread)
-            calls[func] = (handler, plain_up_to(func, form, shape), shape, func, form, spread)
+            positions = torch_positions(func)
+            spread, ints = bool(positions.spread), positions.ints
+            calls[func] = (handler, plain_up_to(func, form, shape), shape, func, form, spread, ints)
         cls._calls = calls
         cls._handlers = merged  # replaced whole, so readers never see a half-built table
         cls._on_table_change()
@@ -206,15 +214,26 @@ class TorchFunctionTable:
                     cls._own_handlers[func] = handler
                     cls._own_forms[func] = func
                     if aliases:
-                        for alias, reflected in aliases_of(func):
-                            cls._own_handlers[alias] = (
-                                _swap_operands(handler) if reflected else handler
-                            )
-                            cls._own_forms[alias] = func
+                        cls._register_aliases(func, handler)
                 cls._rebuild_handlers()
             return handler
 
         return register
+
+    @classmethod
+    def _register_aliases(cls, func: Callable, handler: Callable) -> None:
+        """func's method and operator forms, and the aliases torch documents of it
+        (torch.swapaxes for torch.transpose) with theirs, where no handler of their own
+        is registered (the later registration answers an alias of both)."""
+        for alias, reflected in aliases_of(func):
+            cls._own_handlers[alias] = _swap_operands(handler) if reflected else handler
+            cls._own_forms[alias] = func
+        for other in documented_aliases(func):
+            for alias, reflected in ((other, False), *aliases_of(other)):
+                if cls._own_forms.get(alias) is other:
+                    continue  # (registered for other itself)
+                cls._own_handlers[alias] = _swap_operands(handler) if reflected else handler
+                cls._own_forms[alias] = func
 
     @classmethod
     def handler_for(cls, func: Callable) -> Callable | None:
@@ -259,22 +278,38 @@ class TorchFunctionTable:
     observes_calls: ClassVar[bool] = False
 
     @classmethod
+    def others_take_part(cls, types: tuple) -> bool:
+        """Whether an overriding type that cls knows nothing about (neither a subclass nor a
+        base) takes part in a call of `types`: the call is then left to it (no handler
+        answers it; a wrapper's fallback passes cls's instances on as plain tensors)."""
+        for t in types:  # (a loop, not any(): this runs on every batch rule's call)
+            if t is not cls and not (issubclass(t, cls) or issubclass(cls, t) or t is Tensor):
+                return True  # (torch.Tensor: a plain tensor beside a tensor-like)
+        return False
+
+    @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
+        call = cls._calls.get(func)
         if len(types) > 1 and not cls.observes_calls:
             observer = next((t for t in types if getattr(t, "observes_calls", False)), None)
             if observer is not None:
                 result = observer.__torch_function__(func, types, args, kwargs)
                 if result is not NotImplemented:
                     return result
-        call = cls._calls.get(func)
+            if cls.others_take_part(types):
+                # torch's protocol: a type answers only for the types it knows; another's
+                # instance (one that declines every call, say) leaves the call to the
+                # policy, as a plain tensor's would leave it to torch
+                call = None
         if call is not None:
-            handler, as_they_are, shape, key, form, spread = call
+            handler, as_they_are, shape, key, form, spread, ints = call
             if (
                 kwargs
                 or len(args) > as_they_are
                 or (spread and len(args) > 1 and not isinstance(args[1], (tuple, list)))
+                or (ints and foreign_ints(args, ints))
             ):
                 bound = bind(key, form, shape, args, kwargs)
             else:

@@ -258,16 +258,6 @@ class TensorWrapper(TorchFunctionTable, Tensor):
         return func(*args, **kwargs), originals
 
     @classmethod
-    def others_take_part(cls, types: tuple) -> bool:
-        """Whether an overriding type that cls knows nothing about (neither a subclass nor a
-        base) takes part in a call of `types`: the call is then left to it, with cls's
-        instances as plain tensors."""
-        for t in types:  # (a loop, not any(): this runs on every batch rule's call)
-            if t is not cls and not (issubclass(t, cls) or issubclass(cls, t)):
-                return True
-        return False
-
-    @classmethod
     def fallback(cls, func, types, args, kwargs):
         context = cls.context(func, args, kwargs)
         return cls._run_and_wrap(func, types, args, kwargs, argument_tensors(args, kwargs), context)
