@@ -169,8 +169,7 @@ def _batch():
 # What compiles with fullgraph=True once the binding's reading of torch's schemas is a
 # constant to dynamo (it traced the schema lookup, and str.startswith on a function's
 # __name__ stopped it): the calls whose handlers bind their arguments. (Under aot_eager no
-# call on a subclass compiles, LIMITS; torch.stack's handler calls x.as_subclass(Tensor),
-# which dynamo refuses, docs/writing-a-type.md.)
+# call on a subclass compiles, LIMITS.)
 BOUND = {
     "torch.cat": lambda x, b: torch.cat([x, x]),
     "torch.cat along 1": lambda x, b: torch.cat([x, x], dim=1),
@@ -180,6 +179,8 @@ BOUND = {
     "b.tensor_split([1, 3])": lambda x, b: b.tensor_split([1, 3]),
     "b.argsort(dim=1)": lambda x, b: b.argsort(dim=1),
     "torch.argsort(b, 0)": lambda x, b: torch.argsort(b, 0),
+    "torch.stack(samples)": lambda x, b: torch.stack([x, x + 1]),
+    "torch.stack(samples, 1)": lambda x, b: torch.stack([x, x], 1),
 }
 
 

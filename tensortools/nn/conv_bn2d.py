@@ -13,6 +13,15 @@ from tensortools.nn._checks import positive_int, positive_pair
 __all__ = ["FusedConvBN2d"]
 
 
+def _under_vmap() -> bool:
+    """Whether a torch.func.vmap is running (at any level of functorch's transforms)."""
+    stack = torch._C._functorch.get_interpreter_stack()
+    return bool(stack) and any(i.key() == _VMAP for i in stack)
+
+
+_VMAP = torch._C._functorch.TransformType.Vmap
+
+
 class FusedConvBN2d(torch.nn.Module):
     """``Conv2d(bias=False)`` followed by ``BatchNorm2d``, over
     :func:`tensortools.ops.fused_conv_bn2d`.
@@ -26,6 +35,11 @@ class FusedConvBN2d(torch.nn.Module):
     there rather than stored. ``forward(input)``: N×in_channels×H×W. Under
     ``torch.autocast`` too the result has the pair's dtype (the autocast dtype), and the
     running statistics stay in theirs.
+
+    Under ``torch.func.vmap`` it runs in evaluation mode and without running statistics
+    (``track_running_stats=False``); training with running statistics, which would write
+    every mapped call's statistics into the shared buffers, raises a ``RuntimeError`` that
+    says so.
     """
 
     def __init__(
@@ -133,6 +147,14 @@ class FusedConvBN2d(torch.nn.Module):
 
     def forward(self, input: Tensor) -> Tensor:
         counting = self.training and self.track_running_stats
+        if counting and not torch.compiler.is_compiling() and _under_vmap():
+            raise RuntimeError(
+                f"{type(self).__name__}: cannot update its running statistics under "
+                "torch.func.vmap (every mapped call would write its own statistics into "
+                "the one running_mean and running_var); call .eval() to normalise with the "
+                "running statistics, or build it with track_running_stats=False to "
+                "normalise each call with its own batch statistics"
+            )
         momentum = self._momentum()
         # Batch statistics in training, and always when no running ones are kept.
         use_batch = self.training or self.running_mean is None

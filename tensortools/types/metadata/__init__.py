@@ -15,7 +15,9 @@ Its modules, each importing only those above it in this list:
 - ``batch``: batches: the calls that take them apart along dim 0 or join them
   (registered on the class when imported);
 - ``collation``: building batches: ``torch.stack`` of samples (a handler of the class),
-  :func:`collate` (registered with ``default_collate``) and :func:`decollate`;
+  :func:`collate` (registered with ``default_collate``) and :func:`decollate`; and
+  ``torch.func.vmap`` over a batch, whose results mapped out at dim 0 are batches of its
+  samples (put at vmap's boundary when imported);
 - ``batch_verdict``: the words the batch rule is written in: a call with a batch, the
   verdicts on its results, the kinds of rule;
 - ``batch_moves``: the batch rule's rules for calls that move dims, and for permutations

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from tensortools.dispatch.binding import argument
 from tensortools.types.metadata.batch import plain_shape
-from tensortools.types.metadata.dicts import metadata_of, same_value
+from tensortools.types.metadata.dicts import metadata_of, same_metadata
 from tensortools.types.metadata.results import batch_size_of
 
 __all__ = [
@@ -114,8 +114,7 @@ def same_samples(a: Tensor, b: Tensor) -> bool:
         return True
     if batch_size_of(a) != batch_size_of(b):
         return False
-    ma, mb = metadata_of(a) or {}, metadata_of(b) or {}
-    return ma is mb or (ma.keys() == mb.keys() and all(same_value(ma[k], mb[k]) for k in ma))
+    return same_metadata(metadata_of(a) or {}, metadata_of(b) or {})
 
 
 def _tensors(value: Any) -> list:

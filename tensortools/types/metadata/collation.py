@@ -1,24 +1,31 @@
 """Building MetadataTensor batches: ``torch.stack`` of samples along dim 0 (a handler of
 the class's table), :func:`collate` (registered with ``default_collate``, hence any
-``DataLoader``) and :func:`decollate`."""
+``DataLoader``) and :func:`decollate`; and ``torch.func.vmap`` of a function over a
+batch's samples, whose results mapped out at dim 0 are batches of those samples again
+(:func:`_flat_vmap`, put at vmap's boundary when imported)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
+import torch._functorch.vmap as _torch_vmap
 from torch import Tensor
 from torch.overrides import has_torch_function
+from torch.utils._pytree import _broadcast_to_and_flatten, tree_flatten, tree_unflatten
 
 from tensortools.types.metadata.batch import is_dim0, plain_shape
 from tensortools.types.metadata.dicts import (
     check_batch,
     check_same_keys,
     metadata_of,
+    same_metadata,
     stackable,
 )
 from tensortools.types.metadata.results import batch_size_of
-from tensortools.types.metadata.tensor import MetadataTensor
+from tensortools.types.metadata.tensor import TRACKING, MetadataTensor
 
 __all__ = ["collate", "decollate"]
 
@@ -73,7 +80,7 @@ def _stack(tensors, dim=0, *, out=None):
     cls = _carrier_class(items)
     metadata = _batched(_samples_metadata(items, "torch.stack"))
     with torch._C.DisableTorchFunctionSubclass():
-        data = torch.stack([t.as_subclass(Tensor) for t in items], dim)
+        data = torch.stack(items, dim)
     return cls.wrap_batch(data, metadata, len(items))
 
 
@@ -132,5 +139,114 @@ def _register_collate() -> None:
     collate_map.setdefault(MetadataTensor, collate)
 
 
+# -- torch.func.vmap over a batch ------------------------------------------------------
+# vmap computes below __torch_function__: it hands the function plain BatchedTensor views
+# of its inputs and builds the results from what the function returns, so no call of the
+# class sees the batch, and torch offers no hook at vmap's boundary (vmap is not a torch
+# function; _add_batch_dim consults __torch_function__ only for export's modes). So that
+# boundary is wrapped here, once: torch's torch._functorch.vmap._flat_vmap, the function
+# every vmap (torch.func.vmap, torch.vmap, chunked or not) runs the function through, with
+# the inputs' mapped dims and the out_dims, is replaced by _flat_vmap, which calls it and
+# labels the results. tensordict keeps its TensorDicts through vmap likewise (replacing
+# functions of that module). The rule: docs/metadata-tensor.md, "torch.func".
+
+#: torch's own function, which :func:`_flat_vmap` runs every call through.
+TORCH_FLAT_VMAP: Callable = _torch_vmap._flat_vmap
+
+
+def _flat_vmap(
+    func: Callable,
+    batch_size: int,
+    flat_in_dims: list,
+    flat_args: list,
+    args_spec: Any,
+    out_dims: Any,
+    randomness: str,
+    **kwargs: Any,
+) -> Any:
+    # (torch's signature, so that torch's callers and dynamo call it as they call torch's)
+    out = TORCH_FLAT_VMAP(
+        func, batch_size, flat_in_dims, flat_args, args_spec, out_dims, randomness, **kwargs
+    )
+    batch = _samples(flat_in_dims, flat_args, batch_size)
+    if batch is None:
+        return out
+    return _label(out, out_dims, batch, batch_size)
+
+
+def _samples(flat_in_dims: list, flat_args: list, batch_size: int) -> MetadataTensor | None:
+    """The batch whose samples vmap maps over (the first of the inputs' batches), or None
+    where no batch is an input, tracking is off, or not every batch is mapped over its
+    dim 0 holding the same samples."""
+    batches = [
+        (arg, in_dim)
+        for arg, in_dim in zip(flat_args, flat_in_dims)
+        if isinstance(arg, MetadataTensor) and batch_size_of(arg) is not None
+    ]
+    if not batches:
+        return None
+    first = batches[0][0]
+    if not TRACKING.value_for(type(first)) or batch_size_of(first) != batch_size:
+        return None
+    labels = metadata_of(first) or {}
+    for arg, in_dim in batches:
+        # (a batch mapped over another dim, or passed whole, puts its samples into every
+        # row; a batch of other samples labels the rows otherwise: no row is one sample's)
+        if in_dim != 0 or not same_metadata(metadata_of(arg) or {}, labels):
+            return None
+    return first
+
+
+def _label(out: Any, out_dims: Any, batch: MetadataTensor, batch_size: int) -> Any:
+    """out with each tensor mapped out at dim 0 made a batch of `batch`'s samples."""
+    leaves, spec = tree_flatten(out)
+    if isinstance(out, Tensor):  # (as torch reads out_dims for one tensor)
+        dims = list(out_dims) if isinstance(out_dims, tuple) else [out_dims]
+    else:
+        dims = _broadcast_to_and_flatten(out_dims, spec)
+    cls = type(batch)
+    labels = metadata_of(batch) or {}
+    labelled = [
+        _as_batch(cls, leaf, labels, batch_size)
+        if isinstance(leaf, Tensor) and _at_dim_0(leaf, dim)
+        else leaf
+        for leaf, dim in zip(leaves, dims)
+    ]
+    return tree_unflatten(labelled, spec)
+
+
+def _as_batch(cls: type, result: Tensor, labels: dict, batch_size: int) -> Tensor:
+    if type(result) is Tensor:
+        return cls.wrap_batch(result, dict(labels), batch_size)
+    if (
+        isinstance(result, MetadataTensor)
+        and batch_size_of(result) == batch_size
+        and same_metadata(metadata_of(result) or {}, labels)
+    ):
+        return result  # (an input itself, returned by the identity: labelled already)
+    # A fresh alias of another type's result (a parameter's subclass, say).
+    with torch._C.DisableTorchFunctionSubclass():
+        plain = result.as_subclass(Tensor)
+    return cls.wrap_batch(plain, dict(labels), batch_size)
+
+
+def _at_dim_0(result: Tensor, out_dim: int | None) -> bool:
+    """Whether vmap put the mapped dim of `result` at dim 0 (out_dims 0, or its negative)."""
+    if out_dim is None:
+        return False
+    ndim = result.dim()
+    return ndim > 0 and out_dim % ndim == 0
+
+
+def _install_vmap() -> None:
+    """Put :func:`_flat_vmap` in the place of torch's (once), where torch's has the
+    signature it was written for (else vmap's results stay plain, as torch gives them)."""
+    if _torch_vmap._flat_vmap is TORCH_FLAT_VMAP and list(
+        inspect.signature(TORCH_FLAT_VMAP).parameters
+    ) == list(inspect.signature(_flat_vmap).parameters):
+        _torch_vmap._flat_vmap = _flat_vmap
+
+
 _collate_plain = torch.utils.data._utils.collate.collate_tensor_fn
 _register_collate()
+_install_vmap()

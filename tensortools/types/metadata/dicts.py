@@ -116,6 +116,11 @@ def same_value(a: Any, b: Any) -> bool:
         return False
 
 
+def same_metadata(a: dict, b: dict) -> bool:
+    """Whether two metadata dicts hold the same keys with the same values (same_value)."""
+    return a is b or (a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a))
+
+
 def check_same_keys(dicts: list[dict], who: str, item: str, holders: str) -> None:
     """ValueError naming the first of `dicts` whose keys differ from the first's."""
     for i, d in enumerate(dicts):
