@@ -69,6 +69,8 @@ def loop_vmap(op: torch._ops.OpOverload) -> Callable[..., Any]:
     returns_tuple = len(op._schema.returns) != 1
 
     def rule(info: Any, in_dims: tuple[int | None, ...], *args: Any) -> Any:
+        if info.batch_size == 0:
+            return _no_samples(op, returns_tuple, in_dims, args)
         results = []
         for i in range(info.batch_size):
             sample = (a.select(d, i) if isinstance(d, int) else a for a, d in zip(args, in_dims))
@@ -80,6 +82,26 @@ def loop_vmap(op: torch._ops.OpOverload) -> Callable[..., Any]:
         return (stacked, dims) if returns_tuple else (stacked[0], dims[0])
 
     return rule
+
+
+def _no_samples(
+    op: torch._ops.OpOverload, returns_tuple: bool, in_dims: tuple[int | None, ...], args: tuple
+) -> Any:
+    """:func:`loop_vmap`'s answer for a vmapped dim of size 0 (``jacrev`` of an empty
+    output vmaps over none): empty results of the shapes one sample's would have, with a
+    vmapped dim of size 0 in front. The shapes (and the operator's argument checks) come
+    from one call on a sample of zeros of a sample's shape."""
+    sample = (
+        a.new_zeros(a.shape[:d] + a.shape[d + 1 :]) if isinstance(d, int) else a
+        for a, d in zip(args, in_dims)
+    )
+    result = op(*sample)
+    empty = tuple(
+        None if r is None else r.new_empty((0, *r.shape))
+        for r in (result if returns_tuple else (result,))
+    )
+    dims = tuple(None if e is None else 0 for e in empty)
+    return (empty, dims) if returns_tuple else (empty[0], dims[0])
 
 
 def loop_or_fold(

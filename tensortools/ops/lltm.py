@@ -171,12 +171,18 @@ def _lltm_jvp(ctx, *tangents):
 def _fold_rows(t, d, size):
     """A per-sample B×k argument, vmapped at ``d`` (or None: shared), as (size·B)×k."""
     t = t.expand(size, *t.shape) if d is None else t.movedim(d, 0)
-    return t.reshape(-1, t.shape[-1])
+    return t.flatten(0, 1)
+
+
+def _sample_rows(t, d):
+    """The rows B of one sample's B×k argument ``t``, vmapped at ``d`` (or None): its
+    dim 0 once the vmapped dim is left out (which may come before it)."""
+    return t.shape[1 if d is not None and d % t.dim() == 0 else 0]
 
 
 def _lltm_fold(info, in_dims, input, weights, bias, old_h, old_cell):
     # Samples are more rows of the cell's batch (unless each has its own parameters).
-    V, B = info.batch_size, old_h.shape[-2]
+    V, B = info.batch_size, _sample_rows(old_h, in_dims[3])
     input_dim, _, _, old_h_dim, old_cell_dim = in_dims
     input, old_h = _fold_rows(input, input_dim, V), _fold_rows(old_h, old_h_dim, V)
     old_cell = _fold_rows(old_cell, old_cell_dim, V)
@@ -234,7 +240,7 @@ def _sequence_vmap(op):
     own parameters (a loop)."""
 
     def fold(info, in_dims, input, weights, bias, h0, c0):
-        V, B = info.batch_size, h0.shape[-2]
+        V, B = info.batch_size, _sample_rows(h0, in_dims[3])
         input = (
             input.expand(V, *input.shape) if in_dims[0] is None else input.movedim(in_dims[0], 0)
         )

@@ -22,6 +22,7 @@ from torch import Tensor
 from tensortools._native import C as _C
 from tensortools.types.scalar.common import (
     accumulated_total,
+    as_options,
     column_axis,
     in_range,
     on_small_matrix,
@@ -118,7 +119,7 @@ def _closed_form(func: Callable, formula: Callable, of_moduli: bool = False) -> 
         if isinstance(v, complex) and not of_moduli and not all(t.is_complex() for t in parts):
             return NotImplemented  # (a complex matrix reduced as real: dtype= decides)
         try:
-            numbers = formula(v, *_counts(input, axis), dtypes, args, kwargs)
+            numbers = formula(v, *_counts(input, axis), dtypes, *as_options(args, kwargs))
         except OverflowError:  # (v ** 2 beyond float64: far beyond the dense call's range)
             return NotImplemented
         if numbers is None:

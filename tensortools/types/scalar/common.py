@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from tensortools._native import C as _C
-from tensortools.types.scalar.tensor import ScalarTensor
+from tensortools.types.scalar.tensor import ScalarTensor, dim_index
 
 __all__ = [
     "KERNEL_DTYPES",
@@ -46,7 +46,9 @@ __all__ = [
     "in_range",
     "small_matrix",
     "index_tensor",
+    "as_index",
     "is_reduction_option",
+    "as_options",
     "on_small_matrix",
     "result_tensors",
     "column_axis",
@@ -104,7 +106,29 @@ def probed_result(d: ScalarTensor, result: Any) -> Any:
     if type(result) is not Tensor:
         return NotImplemented
     pair = _C.scalar_probed_pair(result)
+    if pair is None and d.dtype.is_complex:
+        pair = _equal_by_value(result)
     return NotImplemented if pair is None else ScalarTensor._from_pair(d.N, pair)
+
+
+def _equal_by_value(result: Tensor) -> Tensor | None:
+    """The pair of a function of a complex d on the probe where the two loops differ only
+    in the signs of zeros and NaNs (torch's vectorised complex neg computes 0 - z, its
+    scalar loop -z: +0 and -0; sgn of an infinite z is nan+0j in one, nan+nanj in the
+    other): their diagonal entries are equal, or both NaN, and both off-diagonal entries
+    are 0. The dense matrix is then ``value * I`` by value (the signs of its zeros and
+    NaNs depend on which loop computed each entry, as they do between two dense matrices
+    of different N). The vector loop's pair, or None where it is not so."""
+    n = result.numel()
+    if result.dim() != 1 or n < 4 or n % 2 or result.layout != torch.strided or result.is_meta:
+        return None
+    if not (result.is_floating_point() or result.is_complex()):
+        return None
+    first, last = result[:2].resolve_conj().resolve_neg(), result[-2:].resolve_conj().resolve_neg()
+    same = (first[0] == last[0]) | (first[0].isnan() & last[0].isnan())
+    if not bool(same & (first[1] == 0) & (last[1] == 0)):
+        return None
+    return first.clone()
 
 
 #: hidden(t): whether t is one of torch.func's wrapped tensors, whose values a handler
@@ -182,14 +206,39 @@ def small_matrix(d: ScalarTensor, k: int) -> Tensor:
 # -- the reductions' small matrix ----------------------------------------------------
 
 
+def as_index(x: Any) -> int | None:
+    """x as the int torch takes it as for a dim (tensor.dim_index: an int, a NumPy
+    integer or a 0-d integer tensor, not a bool), where a handler can read it: a tensor
+    only if plain, on a real device and no torch.func wrapper; else None."""
+    if type(x) is int:
+        return x
+    if isinstance(x, Tensor) and (type(x) is not Tensor or x.is_meta or hidden(x)):
+        return None
+    return dim_index(x)
+
+
 def is_reduction_option(x: Any) -> bool:
-    """A reduction's argument that is not a tensor: a dim (or dims), a flag, an order, a
+    """A reduction's argument that is not a tensor of values: a dim (or dims; an int, a
+    NumPy integer or a 0-d integer tensor, see :func:`as_options`), a flag, an order, a
     dtype, or None."""
-    if x is None or isinstance(x, (bool, int, float, str, torch.dtype)):
+    if x is None or isinstance(x, (bool, float, str, torch.dtype)) or as_index(x) is not None:
         return True
-    return isinstance(x, (tuple, list, torch.Size)) and all(
-        isinstance(i, int) and not isinstance(i, bool) for i in x
-    )
+    return isinstance(x, (tuple, list, torch.Size)) and all(as_index(i) is not None for i in x)
+
+
+def as_options(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A reduction's options (see :func:`is_reduction_option`) with every dim a Python
+    int: what the handlers' own reading of a dim expects. The call on the small matrix
+    takes them as the user gave them, so that torch picks the overload it picks for the
+    dense matrix (``max(d, torch.tensor(0))`` is the elementwise maximum, not a dim)."""
+
+    def one(x: Any) -> Any:
+        if isinstance(x, (tuple, list)):
+            return type(x)(one(i) for i in x)
+        index = None if isinstance(x, (bool, int)) else as_index(x)
+        return x if index is None else index
+
+    return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
 
 
 def on_small_matrix(func: Callable, d: Any, args: tuple, kwargs: dict) -> Any:

@@ -5,6 +5,7 @@ and changes nothing."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
@@ -15,9 +16,10 @@ from torch.overrides import has_torch_function
 
 from tensortools.dispatch import CannotHoldResult
 from tensortools.dispatch.in_place import out_of_place_form, written_arguments
+from tensortools.dispatch.signatures import torch_positions
 from tensortools.dispatch.table import POLICY, TorchFunctionTable, strict_refusal
 from tensortools.dispatch.tensor_like import INPLACE_OPERATORS
-from tensortools.types.scalar.common import hidden, small_matrix
+from tensortools.types.scalar.common import hidden, small_matrix, transforms_active
 from tensortools.types.scalar.tensor import ScalarTensor, densify
 
 __all__ = ["fallback", "python_torch_function", "write_without_dense", "written_scalar_tensors"]
@@ -305,22 +307,59 @@ _ELEMENTWISE_INPLACE = frozenset(
 ) | {torch.nn.init.constant_, torch.nn.init.zeros_, torch.nn.init.ones_}
 
 
+def _transform_argument(func: Callable, args: tuple, kwargs: dict) -> str | None:
+    """The name (torch's) of an argument that is or holds a tensor of a torch.func
+    transform, or None."""
+
+    def holds(x: Any) -> bool:
+        return torch.utils._pytree.tree_any(lambda t: isinstance(t, Tensor) and hidden(t), x)
+
+    layout = torch_positions(func).layout
+    for i, x in enumerate(args):
+        if holds(x):
+            if i < len(layout) and layout[i]:
+                return layout[i]
+            return "other" if i == 1 else f"argument {i}"  # (operators: d += y)
+    return next((key for key, x in kwargs.items() if holds(x)), None)
+
+
+def _writing(func: Callable, args: tuple, kwargs: dict, written: list) -> Any:
+    """Where a call that writes a ScalarTensor runs under a torch.func transform: below it
+    (d's pair is a constant of the transform, as every tensor of the call is one), or
+    nowhere: a tensor of the transform (functional under functionalize, batched, tracking
+    gradients) cannot go into the number d stores outside it, as it cannot go into a
+    tensor made outside functionalize (torch's internal assert) or grad; the call raises
+    CannotHoldResult naming the argument."""
+    if not transforms_active() or not any(isinstance(o, ScalarTensor) for o in written):
+        return contextlib.nullcontext()
+    name = _transform_argument(func, args, kwargs)
+    if name is not None:
+        raise CannotHoldResult(
+            f"{_Name(func)}: '{name}' is a tensor of a torch.func transform (functionalize, "
+            "vmap, grad, ...); a ScalarTensor stores its value outside the transform and "
+            "cannot take one computed in it; use the out-of-place call (d * y rather than "
+            "d *= y), which gives a result of the transform"
+        )
+    return torch._C._DisableFuncTorch()
+
+
 def fallback(cls: type, func: Callable, types: tuple, args: tuple, kwargs: dict) -> Any:
     """ScalarTensor's fallback: run ``func`` with every ScalarTensor replaced by its dense
     matrix; a call that changes a ScalarTensor in place (or writes into one with ``out=``)
     changes it as it changes the dense matrix, or raises :class:`CannotHoldResult`. A
     call that writes can often do without the dense matrix (write_without_dense): that
-    comes first."""
+    comes first. Under a torch.func transform, see _writing."""
     if _PROBING.get() is func:
         return NotImplemented
     written = written_arguments(func, args, kwargs)
     if written:
-        done = write_without_dense(cls, func, args, kwargs)
-        if done is not NotImplemented:
-            return done
-    targets = [o for o in written if isinstance(o, ScalarTensor)]
-    if targets:
-        return _write_dense(func, args, kwargs, targets)
+        with _writing(func, args, kwargs, written):
+            done = write_without_dense(cls, func, args, kwargs)
+            if done is not NotImplemented:
+                return done
+            targets = [o for o in written if isinstance(o, ScalarTensor)]
+            if targets:
+                return _write_dense(func, args, kwargs, targets)
     return func(*densify(args, {}), **densify(kwargs, {}))
 
 
@@ -337,8 +376,10 @@ def python_torch_function(cls: type, func: Callable, types: tuple, args=(), kwar
     strict = result is NotImplemented and POLICY.value_for(cls) == "strict"
     if strict and _PROBING.get() is not func:
         kwargs = kwargs or {}
-        if written_arguments(func, args, kwargs):
-            result = write_without_dense(cls, func, args, kwargs)
+        written = written_arguments(func, args, kwargs)
+        if written:
+            with _writing(func, args, kwargs, written):
+                result = write_without_dense(cls, func, args, kwargs)
         if result is NotImplemented and all(t is cls for t in types):
             # no other type could answer: torch would raise its TypeError, which names
             # neither the policy nor the way out

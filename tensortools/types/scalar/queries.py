@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from tensortools.dispatch import CannotHoldResult
-from tensortools.types.scalar.common import structured
+from tensortools.types.scalar.common import as_index, structured
 from tensortools.types.scalar.tensor import ScalarTensor
 
 __all__: list[str] = []
@@ -230,7 +230,8 @@ def _diagonal_values(d: ScalarTensor, offset: int, view: bool) -> Any:
     is d's value expanded: reading it costs nothing, writing through it changes d for
     N = 1 and raises for larger N (its entries share one number); other diagonals are
     copies, as is everything torch.diag returns."""
-    if not isinstance(offset, int) or abs(offset) >= max(d.N, 1):
+    offset = as_index(offset)
+    if offset is None or abs(offset) >= max(d.N, 1):
         return NotImplemented  # (the dense call refuses offsets that are not ints)
     length = d.N - abs(offset)
     if offset != 0:
@@ -244,9 +245,11 @@ def _diag(input, diagonal=0):
     return _diagonal_values(input, diagonal, view=False)
 
 
-def _matrix_dim(dim: int) -> int | None:
-    """dim of a 2-D tensor as 0 or 1, or None if out of range or not an int."""
-    return dim % 2 if isinstance(dim, int) and -2 <= dim < 2 else None
+def _matrix_dim(dim: Any) -> int | None:
+    """dim of a 2-D tensor as 0 or 1, or None if out of range or not an int (a NumPy
+    integer or a 0-d integer tensor is one: common.as_index)."""
+    dim = as_index(dim)
+    return dim % 2 if dim is not None and -2 <= dim < 2 else None
 
 
 @structured(torch.diagonal)

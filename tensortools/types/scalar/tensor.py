@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
 import pickle
 from typing import Any, ClassVar, NamedTuple
 
@@ -178,10 +179,12 @@ class ScalarTensor(TensorLike):
     def size(self, dim: int | None = None) -> torch.Size | int:
         if dim is None:
             return self.shape
-        if not isinstance(dim, int):
+        index = dim_index(dim)
+        if index is None:
             raise TypeError(
                 f"size(): argument 'dim' (position 1) must be int, not {type(dim).__name__}"
             )
+        dim = index
         if not -2 <= dim < 2:
             raise IndexError(
                 f"Dimension out of range (expected to be in range of [-2, 1], but got {dim})"
@@ -259,6 +262,22 @@ class ScalarTensor(TensorLike):
 
     # (fallback, which runs the calls no handler answers on the dense matrix, is the
     # in_place module's: it knows the rules of calls that change a ScalarTensor)
+
+
+def dim_index(dim: Any) -> int | None:
+    """dim as torch takes a dim: an int, a NumPy integer or a 0-d integer tensor
+    (``operator.index``), not a bool; None for anything else."""
+    if isinstance(dim, bool) or not hasattr(type(dim), "__index__"):
+        return None
+    if isinstance(dim, Tensor):
+        if dim.dim() != 0 or dim.dtype == torch.bool:
+            return None
+    elif hasattr(type(dim), "__torch_function__"):
+        return None  # (a tensor-like, a ScalarTensor: no 0-d tensor, which torch refuses)
+    try:
+        return operator.index(dim)
+    except TypeError:
+        return None
 
 
 def _pair_attribute(pair: Tensor, name: str) -> Any:
