@@ -297,12 +297,6 @@ def test_bench_operator_rows(formed):
 STRICT_CASES = [(ops.lltm_sequence, i) for i in range(5)] + [(ops.lltm, 1), (ops.lltm, 2)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the change to tensortools/types/scalar/in_place.py (python_torch_function: "
-    "a plain torch.Tensor beside the ScalarTensor) and to dispatch.table.strict_refusal "
-    "(the argument's name) described in issue 61's report",
-)
 @pytest.mark.parametrize("func, position", STRICT_CASES)
 def test_strict_refusal_names_operator_and_argument(func, position):
     # an operator no handler answers, a ScalarTensor in one position, plain tensors in

@@ -21,6 +21,7 @@ from tensortools.dispatch.binding import (
     torch_positions,
 )
 from tensortools.dispatch.documented import documented_aliases
+from tensortools.dispatch.refusal import strict_refusal
 
 __all__ = ["POLICIES", "POLICY", "TorchFunctionTable", "aliases_of", "strict_refusal"]
 
@@ -343,18 +344,6 @@ def _shape_of(handler: Callable) -> HandlerShape | None:
         return _SHAPES.setdefault(handler, HandlerShape.of(handler))
     except TypeError:  # (an unhashable callable)
         return HandlerShape.of(handler)
-
-
-def strict_refusal(cls: type, func: Callable) -> TypeError:
-    """The error for a call that cls's "strict" policy refuses where no other type takes
-    part (torch's own message names neither the policy nor the way out)."""
-    name = torch.overrides.resolve_name(func) or getattr(func, "__name__", repr(func))
-    return TypeError(
-        f"no implementation found for '{name}' on {cls.__name__}: refused under the "
-        f"'strict' policy (no handler of {cls.__name__} answers this call, and 'strict' "
-        f"never runs the fallback); to run it, use `with {cls.__name__}.using_policy("
-        f"'fallback'):` around the call, or {cls.__name__}.set_policy('fallback')"
-    )
 
 
 @contextlib.contextmanager

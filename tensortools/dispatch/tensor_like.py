@@ -125,7 +125,7 @@ def _call_method(method: Callable, self: TensorLike, *args: Any, **kwargs: Any) 
     if result is NotImplemented:
         policy = POLICY.value_for(cls)
         if policy == "strict":
-            raise strict_refusal(cls, method)
+            raise strict_refusal(cls, method, (self, *args), kwargs)
         name = (
             torch.overrides.resolve_name(method)
             or f"torch.Tensor.{getattr(method, '__name__', method)}"

@@ -380,10 +380,11 @@ def python_torch_function(cls: type, func: Callable, types: tuple, args=(), kwar
         if written:
             with _writing(func, args, kwargs, written):
                 result = write_without_dense(cls, func, args, kwargs)
-        if result is NotImplemented and all(t is cls for t in types):
-            # no other type could answer: torch would raise its TypeError, which names
-            # neither the policy nor the way out
-            raise strict_refusal(cls, func)
+        if result is NotImplemented and all(t is cls or t is torch.Tensor for t in types):
+            # no other type could answer (a plain tensor's __torch_function__ cannot run
+            # a ScalarTensor): torch would raise its TypeError, which names neither the
+            # policy nor the way out, and lists torch.Tensor
+            raise strict_refusal(cls, func, args, kwargs)
     return result
 
 
