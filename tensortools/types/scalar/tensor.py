@@ -269,15 +269,17 @@ def dim_index(dim: Any) -> int | None:
     (``operator.index``), not a bool; None for anything else."""
     if isinstance(dim, bool) or not hasattr(type(dim), "__index__"):
         return None
-    if isinstance(dim, Tensor):
-        if dim.dim() != 0 or dim.dtype == torch.bool:
-            return None
-    elif hasattr(type(dim), "__torch_function__"):
+    if not isinstance(dim, Tensor) and hasattr(type(dim), "__torch_function__"):
         return None  # (a tensor-like, a ScalarTensor: no 0-d tensor, which torch refuses)
-    try:
-        return operator.index(dim)
-    except TypeError:
-        return None
+    # (read past TorchFunctionModes, as _pair_attribute: a mode that declines a plain
+    # tensor's dim() would send torch into endless recursion)
+    with torch._C.DisableTorchFunction():
+        if isinstance(dim, Tensor) and (dim.dim() != 0 or dim.dtype == torch.bool):
+            return None
+        try:
+            return operator.index(dim)
+        except TypeError:
+            return None
 
 
 def _pair_attribute(pair: Tensor, name: str) -> Any:
