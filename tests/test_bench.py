@@ -1,11 +1,18 @@
-"""The benchmark and demo entry points run and report sensible things (no timing asserts)."""
+"""The benchmark and demo entry points run and report sensible things (no timing asserts).
 
+A table is tested from its rows' data: the rows a bench function returns say which row is
+each row's baseline, and the table is formatted from the same rows given medians of the
+test's own (:func:`synthetic`), so that no assertion reads a measured number."""
+
+import dataclasses
 import json
+import re
 
 import pytest
 import torch
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, bench, coverage, demo
+from tensortools.bench import timing
 from tensortools.bench.__main__ import main as bench_main
 from tensortools.bench.plot import main as plot_main
 from tensortools.bench.scalar import (
@@ -18,6 +25,39 @@ from tensortools.bench.scalar import (
 
 CALLS = {**ELEMENTWISE_ROWS, **REDUCTION_ROWS, **LINALG_ROWS}
 
+#: A ratio as the tables print it ("0.62x", "2.50x?", "0.002x").
+RATIO = re.compile(r"^\d+(?:\.\d+)?x\??$")
+
+
+def synthetic(rows):
+    """The rows with medians of the test's own, distinct multiples of 1 ms (a raised row's
+    None kept), no spread and nothing noisy: a table of them says only what the rows'
+    data says."""
+    out = []
+    for k, r in enumerate(rows):
+        flags = {f: False for f in ("noisy", "busy", "stalled") if hasattr(r, f)}
+        median = None if r.median_us is None else 1000.0 * (k + 2)
+        out.append(dataclasses.replace(r, median_us=median, iqr_us=0.0, **flags))
+    return out
+
+
+def assert_ratios(table, rows, baselines, token):
+    """Each row's line (found by its median as `token(row)` prints it) holds, as its
+    ratios, its median over that of each of its baselines (`baselines(row)`: rows, None
+    where it has none), and no other."""
+    lines = table.splitlines()
+    for r in rows:
+        if r.median_us is None:
+            continue
+        (line,) = [line for line in lines if token(r) in line.split()]
+        want = [
+            timing.time_ratio(r.median_us, b.median_us).strip()
+            for b in baselines(r)
+            if b is not None
+        ]
+        assert [t for t in line.split() if RATIO.match(t)] == want, (line, r)
+
+
 pytestmark = pytest.mark.slow  # runs the benchmarks
 
 
@@ -27,11 +67,17 @@ def test_lltm_rows_cover_every_variant_and_phase():
         (v, p) for v in ("reference (eager)", "tensortools op") for p in bench.PHASES
     } | {(bench.lltm.PRODUCTS, p) for p in ("forward", "forward+backward")}
     assert all(r.median_us > 0 and r.runs >= 1 and r.size == (2, 3, 4) for r in rows)
-    table = bench.format_table(rows).splitlines()
+    # each row's baseline: the eager reference at its size, phase and dtype
+    rows = synthetic(rows)
+    base = {(r.size, r.phase, r.dtype): r for r in rows if r.variant == bench.lltm.EAGER}
+    assert len(base) == 3 and all((r.size, r.phase, r.dtype) in base for r in rows)
+    text = bench.format_table(rows)
+    assert_ratios(
+        text, rows, lambda r: [base[r.size, r.phase, r.dtype]], lambda r: f"{r.median_us:.1f}us"
+    )
+    table = text.splitlines()
     assert table[0].split()[-2:] == ["ratio", "kernels"]
-    body = table[1 : 1 + len(rows)]
-    assert all(line.startswith("2/3/4") for line in body)
-    assert sum("1.00x" in line for line in body) == 3  # the baseline against itself
+    assert all(line.startswith("2/3/4") for line in table[1 : 1 + len(rows)])
     assert table[1 + len(rows)].startswith("time ratio: the row's median over that of the ")
 
 
@@ -73,9 +119,22 @@ def test_sequence_rows_cover_every_variant_with_flops_and_memory():
     # the op keeps its outputs, cells and activated gates (T x B x (S + S + 3S) floats)
     assert saved["ops.lltm_sequence"] == 5 * 2 * 5 * 4 * 4
     assert saved["reference loop (eager)"] > saved["ops.lltm_sequence"]
-    table = bench.format_sequence_table(rows).splitlines()
-    # the eager loop against itself, with and without the input's gradient
-    assert sum("1.00x" in line for line in table[1 : 1 + len(rows)]) == 2
+    # each row's baseline: the eager loop in the same case, with or without the input's
+    # gradient as the row
+    from tensortools.bench.lltm_sequence import EAGER_LOOP, NO_INPUT_GRAD
+
+    rows = synthetic(rows)
+    loops = {r.variant: r for r in rows if r.variant.startswith(EAGER_LOOP)}
+    assert set(loops) == {EAGER_LOOP, f"{EAGER_LOOP}, {NO_INPUT_GRAD}"}
+
+    def baseline(r):
+        return loops[
+            f"{EAGER_LOOP}, {NO_INPUT_GRAD}" if r.variant.endswith(NO_INPUT_GRAD) else EAGER_LOOP
+        ]
+
+    text = bench.format_sequence_table(rows)
+    assert_ratios(text, rows, lambda r: [baseline(r)], lambda r: f"{r.median_us / 1e3:.2f}ms")
+    table = text.splitlines()
     assert table[1 + len(rows)].startswith("time ratio:") and "large GEMM:" in table[-1]
 
 
@@ -100,9 +159,14 @@ def test_recurrent_rows_compare_every_layer_with_lstm_in_both_phases():
         assert r.median_us > 0 and r.gemm_gflops > 0
         expected = gate_flops(r.layer, r.steps, r.size, r.phase) / r.median_us / 1e3
         assert abs(r.gflops - expected) < 1e-9
-    table = format_recurrent_table(rows).splitlines()
-    # nn.LSTM (LSTMCell) against itself: one 1.00x per kind and phase
-    assert sum(" LSTM " in line and "1.00x" in line for line in table[1 : 1 + len(rows)]) == 4
+    # each row's baseline: nn.LSTM (LSTMCell) of the same kind, case and phase
+    rows = synthetic(rows)
+    key = lambda r: (r.kind, r.size, r.steps, r.dtype, r.phase)  # noqa: E731
+    base = {key(r): r for r in rows if r.layer == "LSTM"}
+    assert len(base) == 4 and all(key(r) in base for r in rows)
+    text = format_recurrent_table(rows)
+    assert_ratios(text, rows, lambda r: [base[key(r)]], lambda r: f"{r.median_us / 1e3:.3f}ms")
+    table = text.splitlines()
     assert table[1 + len(rows)].startswith("time ratio:") and "large GEMM:" in table[-1]
 
 
@@ -131,10 +195,17 @@ def test_per_sample_rows_time_both_methods_on_both_layers():
     }
     for r in rows:  # (on the CPU torch runs the LSTM under vmap: a loop, with a warning)
         assert r.median_us > 0 and r.runs > 0, r
-    table = format_per_sample_table(rows).splitlines()
-    # each layer's loop against itself, and nn.LSTM against itself by each method
-    assert sum(line.count("1.00x") for line in table[1 : 1 + len(rows)]) == 4
-    assert table[1 + len(rows)].startswith("time ratio:")
+    # each row's baselines: the same layer's loop, and nn.LSTM by the same method
+    rows = synthetic(rows)
+    by = {(r.layer, r.method): r for r in rows}
+    text = format_per_sample_table(rows)
+    assert_ratios(
+        text,
+        rows,
+        lambda r: [by[r.layer, "loop"], by["LSTM", r.method]],
+        lambda r: f"{r.median_us / 1e3:.2f}ms",
+    )
+    assert text.splitlines()[1 + len(rows)].startswith("time ratio:")
 
 
 # nn.LSTM in float32: in float64 torch's CPU LSTM raises under vmap(grad) (torch 2.13:
@@ -217,11 +288,13 @@ def test_bench_command_writes_json_and_plot(tmp_path, capsys):
     assert data["machine"] and len(data["lltm"]) == 8 and len(data["conv_bn"]) == 2
     assert len(data["sequence"]) == 6  # eager and cell loops, the op, the two without
     # the input's gradient, the op's products
-    assert (
-        len(data["scalar"]) == 11 + 2 * len(CALLS)
-        and len(data["dispatch"]) == 33
-        and "compiled" not in data
-    )
+    # ScalarTensor's rows: 11 of its own calls, each of CALLS and 6 tensortools.ops calls
+    # structured and dense; each row's baseline, the dense matrix in the same operation
+    scalar = data["scalar"]
+    assert len(scalar) == 11 + 2 * len(CALLS) + 2 * 6
+    dense = {(tuple(r["size"]), r["phase"]) for r in scalar if r["variant"] == "dense matrix"}
+    assert all((tuple(r["size"]), r["phase"]) in dense for r in scalar)
+    assert len(data["dispatch"]) == 33 and "compiled" not in data
     printed = capsys.readouterr().out
     assert "tensortools op" in printed
     assert "2/3/4 float32, forward+backward: " in printed  # the verdict
@@ -246,10 +319,15 @@ def test_scalar_rows_compare_structured_with_dense():
         ("solve(d, x)", "ScalarTensor (structured)"),
         ("solve(d, x)", "dense matrix"),
     } | {(op, v) for op in CALLS for v in ("ScalarTensor (structured)", "dense matrix")}
-    table = format_scalar_table(rows).splitlines()
-    ratios = [line.split()[-1].rstrip("?") for line in table[1 : 1 + len(rows)]]
-    assert all(r.endswith("x") for r in ratios) and ratios.count("1.00x") >= 5 + len(CALLS)
-    assert table[1 + len(rows)].startswith("time ratio:")
+    # each row's baseline: the dense matrix in the same operation and N
+    from tensortools.bench.scalar import DENSE
+
+    rows = synthetic(rows)
+    base = {(r.size, r.phase): r for r in rows if r.variant == DENSE}
+    assert len(base) == 5 + len(CALLS) and all((r.size, r.phase) in base for r in rows)
+    text = format_scalar_table(rows)
+    assert_ratios(text, rows, lambda r: [base[r.size, r.phase]], lambda r: f"{r.median_us:.1f}us")
+    assert text.splitlines()[1 + len(rows)].startswith("time ratio:")
 
 
 @pytest.mark.parametrize("size", [8, 1000])

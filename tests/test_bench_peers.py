@@ -1,6 +1,8 @@
 """tensortools/bench/peers.py: MetadataTensor beside MONAI's MetaTensor (the rows MONAI
 needs are skipped without it)."""
 
+from test_bench import assert_ratios, synthetic
+
 from tensortools.bench.__main__ import main
 from tensortools.bench.peers import ROUND_TRIP_SAMPLES, format_peer_table, monai_version, peer_rows
 
@@ -21,8 +23,14 @@ def test_every_call_is_timed_for_every_variant_and_printed():
             want = variants
         assert got == want, (size, phase)
         assert all(r.median_us > 0 for r in rows)
+    # each row's baseline: the plain Tensor in the same call (the table from the rows'
+    # data, with medians of the test's own)
+    rows = synthetic(rows)
+    base = {(r.size, r.phase): r for r in rows if r.variant == "plain Tensor"}
+    assert all((r.size, r.phase) in base for r in rows)
     table = format_peer_table(rows)
-    assert table.count("\n") >= len(rows) and "1.00x" in table
+    assert table.count("\n") >= len(rows)
+    assert_ratios(table, rows, lambda r: [base[r.size, r.phase]], lambda r: f"{r.median_us:.2f}us")
 
 
 def test_peers_only_prints_the_peer_table_alone(capsys):

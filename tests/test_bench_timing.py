@@ -5,9 +5,6 @@ where the fused op does not win and why. Synthetic timings: nothing here is time
 import importlib
 import itertools
 import os
-import subprocess
-import sys
-import time
 
 import pytest
 from torch.utils import benchmark
@@ -55,17 +52,43 @@ def test_a_measurement_that_stays_noisy_is_flagged_within_the_budget():
     assert none["wild"].rounds == 2 and none["wild"].noisy
 
 
-def test_extra_rounds_stop_before_they_would_overrun_the_budget():
-    def slow_noisy():
+class FakeClock:
+    """A clock for timing.interleaved that moves only when a measurement says so."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+@pytest.mark.parametrize(
+    "step, rounds, budget, extra",
+    [
+        (0.0625, 2, 0.15, 2),  # a third extra round would end at 0.1875 > 0.15
+        (0.0625, 2, 0.125, 2),  # (exactly at the budget: still taken)
+        (0.0625, 2, 0.1, 1),
+        (0.25, 3, 0.2, 0),  # one round costs more than the budget
+        (0.125, 1, 1.0, 8),
+    ],
+)
+def test_extra_rounds_stop_before_they_would_overrun_the_budget(
+    monkeypatch, step, rounds, budget, extra
+):
+    clock = FakeClock()
+    monkeypatch.setattr(timing, "time", clock)
+
+    def slow_noisy():  # each measurement takes `step` seconds of the fake clock
         slow_noisy.calls += 1
-        time.sleep(0.05)
+        clock.now += step
         return _measurement([1.0, 4.0, 2.0, 8.0])
 
     slow_noisy.calls = 0
-    start = time.perf_counter()
-    pooled = timing.interleaved({"a": slow_noisy}, rounds=2, extra_budget=0.12)
-    assert time.perf_counter() - start < 0.1 + 0.12 + 0.04  # planned, budget, slack
-    assert pooled["a"].noisy and slow_noisy.calls == 2 + 2  # a third extra would overrun
+    pooled = timing.interleaved({"a": slow_noisy}, rounds=rounds, extra_budget=budget)
+    assert pooled["a"].noisy and slow_noisy.calls == rounds + extra
+    assert pooled["a"].rounds == rounds + extra
+    # the extra rounds fit in the budget, and one more would not have
+    assert extra * step <= budget < (extra + 1) * step
 
 
 def test_a_measurement_taken_while_others_used_the_cpus_is_busy():
@@ -84,17 +107,28 @@ def test_a_measurement_taken_while_others_used_the_cpus_is_busy():
     assert not pooled["alone"].noisy and not pooled["unknown"].noisy
 
 
+@pytest.mark.parametrize(
+    "before, after, share",
+    [
+        ((100, 1000, 10), (250, 1200, 60), 0.5),  # others: 150 busy - 50 own of 200 ticks
+        ((100, 1000, 10), (110, 1200, 20), 0.0),  # only this process
+        ((100, 1000, 10), (300, 1200, 10), 1.0),  # every tick another's
+        ((100, 1000, 10), (105, 1010, 10), None),  # under 20 ticks: too short to tell
+        (None, (300, 1200, 10), None),  # no /proc
+    ],
+)
+def test_time_call_records_the_share_other_processes_took(monkeypatch, before, after, share):
+    # the readings of /proc/stat are the test's own: nothing here depends on the machine
+    readings = iter([before, after])
+    monkeypatch.setattr(timing, "_cpu_jiffies", lambda: next(readings))
+    m = timing.time_call(lambda: None, min_run_time=0.001)
+    assert m.metadata["others_cpu"] == share
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux's /proc")
-def test_time_call_measures_what_other_processes_take():
-    # a process spinning on a core while the timed function sleeps: others use >= 1 CPU
-    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        time.sleep(0.3)
-        m = timing.time_call(lambda: time.sleep(0.002), min_run_time=0.5)
-    finally:
-        spin.kill()
-        spin.wait()
-    assert m.metadata["others_cpu"] >= 0.9 / os.cpu_count()
+def test_cpu_jiffies_reads_busy_total_and_own_ticks():
+    busy, total, own = timing._cpu_jiffies()
+    assert 0 <= busy <= total and own >= 0
 
 
 def test_time_ratio_is_the_rows_time_over_the_baselines():

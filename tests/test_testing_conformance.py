@@ -401,11 +401,11 @@ def test_the_summary_groups_failures_by_cause():
     ops = ["exp", "sin", "cos", "tanh", "neg", "abs"]
     report = run(OffByOne, make_metadata(OffByOne), ops=ops, checks=["values"])
     assert len(report.failures) >= len(ops)
-    groups = report.groups()  # the function form, and the in-place form
-    assert [g.count for g in groups] == [len(ops), len(ops)]
+    groups = report.groups()  # the function form, the in-place form and the out= form
+    assert [g.count for g in groups] == [len(ops)] * 3
     assert all(g.functions == sorted(ops) for g in groups)
     lines = report.summary().splitlines()
-    assert len(lines) == 6 and "2 causes" in lines[1]  # the counts, the causes, 2 lines each
+    assert len(lines) == 8 and "3 causes" in lines[1]  # the counts, the causes, 2 lines each
     assert f"in {len(ops)} functions" in lines[2] and "e.g. [values]" in lines[3]
 
 

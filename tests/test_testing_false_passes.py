@@ -107,6 +107,8 @@ def _add_without_promotion(input, other, *, alpha=1, out=None):
         result = torch.add(_plain(input), _plain(other), alpha=alpha)
     x = input if isinstance(input, NoPromotion) else other
     dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
+    if out is not None:  # (the out= form, done right: out's dtype)
+        return into(out, result)
     return NoPromotion(result.to(dtype), metadata_of(x))
 
 
@@ -140,18 +142,25 @@ class Correct(MetadataTensor):
     """Handlers of its own for exp, sign and add, each right."""
 
 
-@Correct.implements(torch.exp)
-def _exp(input):
+def into(out, result):
+    """An out= form done right: the result's values written into out, out returned."""
     with torch._C.DisableTorchFunctionSubclass():
-        out = torch.exp(input.as_subclass(torch.Tensor))
-    return Correct(out, metadata_of(input))
+        torch.Tensor.copy_(out, result)
+    return out
+
+
+@Correct.implements(torch.exp)
+def _exp(input, *, out=None):
+    with torch._C.DisableTorchFunctionSubclass():
+        result = torch.exp(input.as_subclass(torch.Tensor))
+    return Correct(result, metadata_of(input)) if out is None else into(out, result)
 
 
 @Correct.implements(torch.sign)
-def _sign(input):
+def _sign(input, *, out=None):
     with torch._C.DisableTorchFunctionSubclass():
-        out = torch.sign(input.as_subclass(torch.Tensor))
-    return Correct(out, metadata_of(input))
+        result = torch.sign(input.as_subclass(torch.Tensor))
+    return Correct(result, metadata_of(input)) if out is None else into(out, result)
 
 
 @Correct.implements(torch.add)
@@ -159,7 +168,7 @@ def _add(input, other, *, alpha=1, out=None):
     with torch._C.DisableTorchFunctionSubclass():
         result = torch.add(_plain(input), _plain(other), alpha=alpha)
     x = input if isinstance(input, Correct) else other
-    return Correct(result, metadata_of(x))
+    return Correct(result, metadata_of(x)) if out is None else into(out, result)
 
 
 # --- each caught by its check ---------------------------------------------------------------

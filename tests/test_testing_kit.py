@@ -440,6 +440,9 @@ def _cat_first_only(tensors, dim=0, *, out=None):
     # reads the first tensor's metadata alone, as if every tensor were an instance
     with torch._C.DisableTorchFunctionSubclass():
         data = torch.cat([t.as_subclass(torch.Tensor) for t in tensors], dim)
+        if out is not None:  # (the out= form, done right)
+            torch.Tensor.copy_(out, data)
+            return out
     return CatKeepsFirstMetadata(data, metadata_of(tensors[0]) or {})
 
 
@@ -450,7 +453,11 @@ class StackReturnsPlain(MetadataTensor):
 @StackReturnsPlain.implements(torch.stack)
 def _stack_plain(tensors, dim=0, *, out=None):
     with torch._C.DisableTorchFunctionSubclass():
-        return torch.stack([t.as_subclass(torch.Tensor) for t in tensors], dim)
+        data = torch.stack([t.as_subclass(torch.Tensor) for t in tensors], dim)
+        if out is not None:  # (the out= form, done right)
+            torch.Tensor.copy_(out, data)
+            return out
+    return data
 
 
 def test_tensors_in_an_input_list_become_instances():

@@ -18,7 +18,7 @@ from tensortools.coverage.samples import (
     op_db_size,
     sample_cases,
 )
-from tensortools.coverage.spec import spec_for
+from tensortools.coverage.spec import CoverageSpec, spec_for
 from tensortools.dispatch import TorchFunctionTable
 
 __all__ = ["FunctionCoverage", "CoverageReport", "report"]
@@ -61,6 +61,8 @@ _SAMPLE_MEANS = {
     "refused": "a TypeError",
     "error": "another exception",
 }
+#: "wrong" for a type that registered no rule for its results.
+_WRONG_WITHOUT_RULE = "another value, dtype or shape (no rule judges the results)"
 
 
 @dataclasses.dataclass
@@ -71,6 +73,9 @@ class CoverageReport:
     #: what each outcome means for this type (see CoverageSpec.handled_means)
     means: dict[str, str] = dataclasses.field(default_factory=dict)
     max_samples: int = 0  # op_db samples per operator (0: none run)
+    #: whether the type registered a rule for its results (CoverageSpec.result_problem):
+    #: without one, samples are judged by their values alone
+    rule: bool = True
 
     def counts(self) -> dict[str, int]:
         """Functions per outcome, and samples per result."""
@@ -115,8 +120,20 @@ class CoverageReport:
                 f"op_db samples (up to {self.max_samples} per operator, float32, CPU) that a "
                 f"{self.type_name} can stand in for: {run} run"
             )
-            lines += [f"  {c[f'samples {r}']:>5} {r:<9} {_SAMPLE_MEANS[r]}" for r in SAMPLE_RESULTS]
+            means = _SAMPLE_MEANS if self.rule else {**_SAMPLE_MEANS, "wrong": _WRONG_WITHOUT_RULE}
+            lines += [f"  {c[f'samples {r}']:>5} {r:<9} {means[r]}" for r in SAMPLE_RESULTS]
+            if not self.rule:
+                lines.append(self.no_rule())
         return lines
+
+    def no_rule(self) -> str:
+        """What the counts leave out for a type that registered no rule for its results."""
+        return (
+            f"No rule registered for {self.type_name}'s results "
+            "(tensortools.coverage.spec.register(..., result_problem=...)): only values, "
+            "dtypes and shapes were compared; a result that loses the type or its state "
+            "counts as correct here (tensortools.testing.check_type judges that)."
+        )
 
     def to_json(self) -> str:
         return json.dumps(
@@ -126,6 +143,7 @@ class CoverageReport:
                 "means": self.means,
                 "max_samples": self.max_samples,
                 "note": self.note,
+                "rule": self.rule,
                 "functions": [dataclasses.asdict(f) for f in self.functions],
             },
             indent=1,
@@ -196,6 +214,8 @@ class CoverageReport:
             f"TypeError, {c['samples error']} other errors.",
             "",
         ]
+        if run and not self.rule:
+            lines += [self.no_rule(), ""]
         groups = self.failure_groups()
         if not groups:
             lines.append("Every sample was answered correctly." if run else "No op_db sample ran.")
@@ -283,6 +303,7 @@ def report(
         note,
         _means(cls),
         max_samples if samples else 0,
+        spec_for(cls).result_problem is not CoverageSpec.result_problem,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -51,13 +52,13 @@ class SampleResult:
 
 
 def sample_cases(
-    max_samples: int = 2,
+    max_samples: int | None = 2,
     dtype: torch.dtype = torch.float32,
     on_entry: Callable[[], None] | None = None,
     ops: Iterable[str] | None = None,
 ) -> Iterator[tuple[str, Callable, Any, tuple, dict]]:
-    """(op_db name, function, input, args, kwargs) for up to `max_samples` CPU samples of
-    each op_db entry supporting `dtype` (of those named in `ops`, where given);
+    """(op_db name, function, input, args, kwargs) for up to `max_samples` (None: all) CPU
+    samples of each op_db entry supporting `dtype` (of those named in `ops`, where given);
     `on_entry()` is called after each op_db entry taken (for progress:
     :func:`op_db_size` entries in all). Needs the expecttest package."""
     wanted = None if ops is None else set(ops)
@@ -66,7 +67,10 @@ def sample_cases(
             continue
         if dtype in info.supported_dtypes("cpu"):
             try:
-                samples = op_db_samples(info, dtype, max_samples)
+                # (None: every sample; op_db_samples counts to a number)
+                samples = op_db_samples(
+                    info, dtype, sys.maxsize if max_samples is None else max_samples
+                )
             except Exception:  # an entry whose sample generator fails on this build
                 samples = []
             for s in samples:

@@ -102,7 +102,7 @@ def check_type(
     checks: Iterable[str] = DEFAULT_CHECKS,
     ops: Iterable[str] | None = None,
     dtypes: Sequence[torch.dtype] = (torch.float32,),
-    max_samples: int = 2,
+    max_samples: int | None = 2,
     instances: Sequence[str] = ("every", "first"),
     gradcheck_samples: int = 1,
     compile_samples: int = 1,
@@ -143,10 +143,14 @@ def check_type(
     else on a second run of the sample on instances the hooks make (a rule written for
     the hooks' instances, as MetadataTensor's is for their metadata).
     `ops` restricts the functions (op_db names such as ``"exp"``, ``"flip"``); `dtypes`
-    and `max_samples` pick each function's samples (generated once per run, from a
-    seeded generator, and shared by the checks). `samples`, a function of one
-    :class:`Sample`, shapes them: it returns the sample to run (``s.map_tensors(fn)``,
-    say), several, or None to leave it out.
+    and `max_samples` (2 by default; None: every sample op_db has) pick each function's
+    samples (generated once per process, from a seeded generator, and shared by the
+    checks). Once per function, ``values``, ``types`` and ``mutation`` also judge three
+    forms no sample takes: an empty instance (dim 0 of size 0), Python numbers in place
+    of the further tensors (``clamp(x, 0.1, 0.8)``), and the ``out=`` form (it returns
+    its ``out``, an instance, holding the plain values, and follows the rule).
+    `samples`, a function of one :class:`Sample`, shapes them: it returns the sample to
+    run (``s.map_tensors(fn)``, say), several, or None to leave it out.
 
     `instances` says which of a sample's tensors become instances, wherever they sit (the
     input, a list given as the input as in ``torch.cat([a, b])``, further arguments and
@@ -169,7 +173,8 @@ def check_type(
       larger tensor, a floating-point tensor expanded from a size-1 slice), equals the
       plain run on tensors of the same layout (op_db's samples are contiguous);
     - ``mutation``: each sample leaves its instances as they were: the values they
-      stand for, size, strides, dtype, ``requires_grad`` and their attributes, less
+      stand for, size, strides, dtype, ``requires_grad`` and their attributes (objects
+      without an ``==`` of their own compared by identity), less
       `volatile_attrs` (names of attributes the type changes on its own, as a cache);
       in-place and ``out=`` forms, and calls whose plain run changes its input, are left
       out;
@@ -227,11 +232,13 @@ def check_type(
       ``torch.cat`` (the second first); on each batch, ``b[1]``, ``b[-1]``,
       ``b[-3:-1]``, ``b[[2, 0, 2]]``, a tensor index, a bool mask, ``b.unbind(0)``,
       iteration and a ``torch.save``/``torch.load`` round trip (``weights_only=True``
-      where the type loads so, with `safe_globals`) give rows of the type, each holding
-      the values and the state of the sample it came from. A sample's state is
-      ``sample_state(instance)`` where given, else its attributes (a row may hold more,
-      as a batch's bookkeeping). The collated batch joined or indexed with a tensor of a
-      type that overrides nothing ends in torch's TypeError, as a plain batch does.
+      where the type loads so, with `safe_globals`) give rows of the type (with `rule`,
+      what the rule accepts), each holding the values and the state of the sample it
+      came from. A sample's state is ``sample_state(instance)`` where given, else its
+      attributes (a row may hold more, as a batch's bookkeeping); samples that hold no
+      state, or that `make` declines, are listed in ``declined``. The collated batch
+      joined or indexed with a tensor of a type that overrides nothing ends in torch's
+      TypeError, as a plain batch does.
 
     Each check puts back the random generator (the checks seed it), warning filters and
     torch's process-wide settings (default dtype, gradient mode, deterministic
@@ -266,6 +273,15 @@ def check_type(
 
     if not callable(make):
         raise TypeError(f"check_type: 'make' must be callable, got {type(make).__name__}")
+    if max_samples is not None:
+        if not isinstance(max_samples, int) or isinstance(max_samples, bool):
+            raise TypeError(
+                f"check_type: 'max_samples' must be an int or None (all), got {max_samples!r}"
+            )
+        if max_samples < 1:
+            raise ValueError(
+                f"check_type: 'max_samples' must be >= 1 or None (all), got {max_samples}"
+            )
     started = time.perf_counter()
     compile_backends = tuple(compile_backends)
     if isinstance(volatile_attrs, str) or not all(isinstance(a, str) for a in volatile_attrs):

@@ -52,26 +52,35 @@ def batch_samples(dtype: torch.dtype = torch.float32) -> list[Tensor]:
     return [(torch.arange(size) + size * k).reshape(SHAPE).to(dtype) for k in range(N_SAMPLES)]
 
 
-def _forms(n: int) -> list[tuple[str, Callable[[Any], Any], str, list[int]]]:
-    """The index forms on a batch of `n` rows (n >= 3): (name, call, what it gives: a
-    ``row``, a ``batch`` or a list of ``rows``, the rows it picks)."""
+def _forms(n: int) -> list[tuple[str, Callable[..., Any] | None, tuple, str, list[int]]]:
+    """The index forms on a batch of `n` rows (n >= 3): (name, the function called as
+    ``func(b, *args)``, args, what it gives: a ``row``, a ``batch`` or a list of ``rows``,
+    the rows it picks); `func` None for the round trip, which is no call (a rule is given
+    None)."""
     mask = [k % 2 == 0 or k == n - 1 for k in range(n)]
+    item = Tensor.__getitem__
     return [
-        ("b[1]", lambda b: b[1], "row", [1]),
-        ("b[-1]", lambda b: b[-1], "row", [n - 1]),
-        ("b[-3:-1]", lambda b: b[-3:-1], "batch", [n - 3, n - 2]),
-        ("b[[2, 0, 2]]", lambda b: b[[2, 0, 2]], "batch", [2, 0, 2]),
-        ("b[torch.tensor([n-1, 0])]", lambda b: b[torch.tensor([n - 1, 0])], "batch", [n - 1, 0]),
-        (
-            "b[bool mask]",
-            lambda b: b[torch.tensor(mask)],
-            "batch",
-            [k for k in range(n) if mask[k]],
-        ),
-        ("b.unbind(0)", lambda b: b.unbind(0), "rows", list(range(n))),
-        ("for row in b", lambda b: [row for row in b], "rows", list(range(n))),
-        ("torch.save/torch.load", _save_load, "batch", list(range(n))),
+        ("b[1]", item, (1,), "row", [1]),
+        ("b[-1]", item, (-1,), "row", [n - 1]),
+        ("b[-3:-1]", item, (slice(-3, -1),), "batch", [n - 3, n - 2]),
+        ("b[[2, 0, 2]]", item, ([2, 0, 2],), "batch", [2, 0, 2]),
+        ("b[torch.tensor([n-1, 0])]", item, (torch.tensor([n - 1, 0]),), "batch", [n - 1, 0]),
+        ("b[bool mask]", item, (torch.tensor(mask),), "batch", [k for k in range(n) if mask[k]]),
+        ("b.unbind(0)", Tensor.unbind, (0,), "rows", list(range(n))),
+        ("for row in b", Tensor.__iter__, (), "rows", list(range(n))),
+        ("torch.save/torch.load", None, (), "batch", list(range(n))),
     ]
+
+
+def _called(func: Callable[..., Any] | None, b: Any, args: tuple) -> Any:
+    """An index form on b, as user code writes it (``b[1]``, ``b.unbind(0)``, a loop)."""
+    if func is None:
+        return _save_load(b)
+    if func is Tensor.__getitem__:
+        return b[args[0]]
+    if func is Tensor.__iter__:
+        return [row for row in b]
+    return getattr(b, func.__name__)(*args)
 
 
 #: Calls of a batch b with u, a tensor of a type that overrides nothing (its rows, or row
@@ -97,41 +106,47 @@ def check_batches(
     collate = collate_fn or default_collate
     plains = batch_samples(dtypes[0] if dtypes else torch.float32)
     made = _Case("make", f"{N_SAMPLES} samples {plains[0].dtype} {SHAPE}")
+    failed = len(run.failures)
     instances = [run.instance(t, made) for t in plains]
     missing = [k for k, x in enumerate(instances) if not isinstance(x, run.cls)]
     if missing:
-        run.fail(
-            "batches",
-            made,
-            f"make gave no {run.cls.__name__} for sample {missing[0]} (see 'declined'): "
-            "no batch to check",
-        )
+        # (a sample the type cannot take is declined, as op_db's are; a make that raised
+        # is a failure of make, recorded by run.instance)
+        if len(run.failures) == failed:
+            run.decline(
+                made,
+                f"make gave no {run.cls.__name__} for sample {missing[0]}: no batch to check",
+            )
         return
     judge = _Judge(run, plains, instances, sample_state)
     judge.distinct(made)
-    batches: list[tuple[str, Any, list[int]]] = []
+    batches: list[tuple[str, Any, list[int], tuple]] = []
     everything = list(range(N_SAMPLES))
     whole = judge.made(_Case("collate", "collate_fn(samples)"), lambda: collate(instances))
     if whole is not None:
-        batches.append((f"collate_fn(samples 0-{N_SAMPLES - 1})", whole, everything))
+        label = f"collate_fn(samples 0-{N_SAMPLES - 1})"
+        batches.append((label, whole, everything, (collate, (instances, (), {}))))
     loaded = judge.made(
         _Case("DataLoader", f"DataLoader(batch_size={LOADER_BATCH})"),
         lambda: list(DataLoader(instances, batch_size=LOADER_BATCH, collate_fn=collate)),
     )
     if loaded is not None and len(loaded) == 2:
         first, second = loaded
-        batches.append(("DataLoader batch 2 (samples 3-5)", second, everything[LOADER_BATCH:]))
+        late = everything[LOADER_BATCH:]
+        call = (collate, ([instances[k] for k in late], (), {}))
+        batches.append(("DataLoader batch 2 (samples 3-5)", second, late, call))
         joined = judge.made(
             _Case("torch.cat", "torch.cat(DataLoader batches 2, 1)"),
             lambda: torch.cat([second, first]),
         )
         if joined is not None:
             order = everything[LOADER_BATCH:] + everything[:LOADER_BATCH]
-            batches.append(("torch.cat(DataLoader batches 2, 1)", joined, order))
+            call = (torch.cat, ([second, first], (), {}))
+            batches.append(("torch.cat(DataLoader batches 2, 1)", joined, order, call))
     elif loaded is not None:
         run.fail("batches", _Case("DataLoader", "-"), f"gave {len(loaded)} batches instead of 2")
-    for label, batch, sources in batches:
-        judge.batch(label, batch, sources)
+    for label, batch, sources, call in batches:
+        judge.batch(label, batch, sources, call)
     if whole is not None:
         _with_unknown(run, whole)
 
@@ -155,15 +170,28 @@ class _Judge:
     """Compares what an index form gives with the samples its rows came from."""
 
     def __init__(self, run: Run, plains: list[Tensor], instances: list, sample_state) -> None:
-        self.run, self.plains = run, plains
+        self.run, self.plains, self.instances = run, plains, instances
         self.hook = sample_state
         self.states = [self.state(x) for x in instances]
+        #: whether the samples hold state of their own to compare (a type with none, as
+        #: torchvision's Mask: rows are judged by their values and the rule alone)
+        self.stateful = any(_held(s) for s in self.states)
 
     def state(self, x: Any) -> Any:
         return self.hook(x) if self.hook is not None else self.run.state(x)
 
     def distinct(self, case: _Case) -> None:
-        """Samples of equal state would let a row given another sample's state pass."""
+        """Samples of equal state would let a row given another sample's state pass; a
+        type whose samples hold no state at all is declined (its rows' values are still
+        judged)."""
+        if not self.stateful:
+            what = "state" if self.hook is not None else "attributes"
+            self.run.decline(
+                case,
+                f"the samples hold no {what} of their own: rows are judged by their values "
+                "(and the rule) alone",
+            )
+            return
         for j in range(len(self.states)):
             for k in range(j):
                 if same_value(self.states[j], self.states[k], unknown=False):
@@ -185,32 +213,46 @@ class _Judge:
             self.run.raised("batches", case, err)
             return None
 
-    def batch(self, label: str, b: Any, sources: list[int]) -> None:
-        """The batch itself, then each index form on it."""
-        reason = self._whole(b, sources)
+    def batch(self, label: str, b: Any, sources: list[int], call: tuple) -> None:
+        """The batch itself (made by ``call``: (func, (input, args, kwargs))), then each
+        index form on it."""
+        reason = self._whole(b, sources, call)
         if reason:
             self.run.fail("batches", _Case("(the batch)", label), reason)
             return
-        for name, call, gives, picks in _forms(len(sources)):
+        for name, func, args, gives, picks in _forms(len(sources)):
             case = _Case(name, label)
-            got = self.made(case, lambda: call(b))
+            got = self.made(case, lambda: _called(func, b, args))
             if got is None:
                 continue
-            reason = self._result(got, gives, [sources[i] for i in picks])
+            reason = self._result(got, gives, [sources[i] for i in picks], (func, (b, args, {})))
             if reason:
                 self.run.fail("batches", case, reason)
 
-    def _whole(self, b: Any, sources: list[int]) -> str:
-        """'' when b is of the type and holds the stacked values of `sources`."""
-        if not isinstance(b, self.run.cls):
-            return f"gave a {type(b).__name__}, not a {self.run.cls.__name__}"
+    def _kind(self, got: Any, call: tuple) -> str:
+        """'' when `got` is what the type gives: with the run's `rule`, what the rule
+        accepts of this call (a plain tensor, where the type's results are plain);
+        without one, an instance of the type."""
+        if self.run.rule is None:
+            if isinstance(got, self.run.cls):
+                return ""
+            return f"a {type(got).__name__}, not a {self.run.cls.__name__}"
+        func, (inp, args, kwargs) = call
+        x = inp if isinstance(inp, self.run.cls) else self.instances[0]
+        return self.run.type_problem(x, got, func, None if func is None else (inp, args, kwargs))
+
+    def _whole(self, b: Any, sources: list[int], call: tuple) -> str:
+        """'' when b is what the type gives and holds the stacked values of `sources`."""
+        reason = self._kind(b, call)
+        if reason:
+            return f"gave {reason}" if self.run.rule is None else reason
         want = torch.stack([self.plains[k] for k in sources])
         got = self.run.plain(b)
         if not same_value(got, want):
             return f"holds values {_short(got)} instead of samples {sources}' stacked"
         return ""
 
-    def _result(self, got: Any, gives: str, sources: list[int]) -> str:
+    def _result(self, got: Any, gives: str, sources: list[int], call: tuple) -> str:
         """'' when each row of `got` (one row, a batch or a list of rows) is its sample."""
         if gives == "row":
             rows = [got]
@@ -219,7 +261,7 @@ class _Judge:
             if len(rows) != len(sources):
                 return f"gave {len(rows)} rows instead of {len(sources)}"
         else:
-            reason = self._whole(got, sources)
+            reason = self._whole(got, sources, call)
             if reason:
                 return reason
             rows = []
@@ -229,20 +271,27 @@ class _Judge:
                 except Exception as err:
                     return f"its row {i} (b[{i}]) raised {type(err).__name__}: {err}"
         for i, (row, k) in enumerate(zip(rows, sources)):
-            reason = self._row(row, k)
+            reason = self._row(
+                row, k, call if gives != "batch" else (Tensor.__getitem__, (got, (i,), {}))
+            )
             if reason:
                 where = f"row {i} " if len(rows) > 1 else ""
                 return f"{where}(sample {k}): {reason}"
         return ""
 
-    def _row(self, row: Any, k: int) -> str:
-        """'' when row is sample k: of the type, its values, its state."""
-        if not isinstance(row, self.run.cls):
-            return f"a {type(row).__name__}, not a {self.run.cls.__name__}"
+    def _row(self, row: Any, k: int, call: tuple) -> str:
+        """'' when row is sample k: what the type gives (of the type, or what the rule
+        accepts), its values, its state (where it is of the type and the samples hold
+        any)."""
+        reason = self._kind(row, call)
+        if reason:
+            return reason
         got = self.run.plain(row)
         if not same_value(got, self.plains[k]):
             held = [j for j, p in enumerate(self.plains) if same_value(got, p)]
             return f"holds sample {held[0]}'s values" if held else f"holds {_short(got)}"
+        if not self.stateful or not isinstance(row, self.run.cls):
+            return ""  # (no state to compare; a plain row the rule accepts holds none)
         if self.hook is not None:
             return _differs(self.state(row), self.states[k], "state")
         attributes = self.state(row)
@@ -253,6 +302,18 @@ class _Judge:
             if reason:
                 return reason
         return ""
+
+
+def _held(state: Any) -> bool:
+    """Whether a sample's state holds anything: None, and containers holding nothing (no
+    attributes, an empty metadata dict), do not."""
+    if state is None:
+        return False
+    if isinstance(state, Mapping):
+        return any(_held(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return any(_held(v) for v in state)
+    return True
 
 
 def _differs(got: Any, want: Any, path: str) -> str:

@@ -13,7 +13,9 @@ stands for:
   every call), a tensor-like and a ``torch.Tensor`` subclass, in a call with an instance:
   the call ends in ``TypeError`` as with a plain tensor, and the type's
   ``__torch_function__`` given that type answers NotImplemented (or passes the call on
-  to it, which declines it).
+  to it, which declines it); a type whose ``__torch_function__`` is torch's opt-out
+  (``torch._C._disabled_torch_function_impl``) is never asked, and only its calls are
+  judged.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ __all__ = [
     "check_unknown_types",
     "check_views",
     "declined_as_plain",
+    "opted_out",
     "unknown_tensor",
 ]
 
@@ -298,12 +301,23 @@ def declined_as_plain(
     run.fail(check, case, f"{what} (the other type declines every call)")
 
 
+def opted_out(cls: type) -> bool:
+    """Whether cls's ``__torch_function__`` is torch's opt-out,
+    ``torch._C._disabled_torch_function_impl`` (tensordict's ``MemoryMappedTensor``):
+    torch's dispatch never asks such a type, so calling the method directly says nothing
+    of the protocol (it runs the call)."""
+    method = getattr(cls, "__torch_function__", None)
+    return getattr(method, "__func__", method) is torch._C._disabled_torch_function_impl
+
+
 def _direct_answer(run: Run, x: Any, u: Any, label: str) -> None:
     """x's __torch_function__ asked about torch.add(x, u), as torch asks it: it answers
     NotImplemented, or passes the call (or the calls it makes of u) on to u, which
     declines them (a TypeError); never a result, another error, or a TypeError of its
     own that gives u no say."""
     case = _Case("x.__torch_function__(torch.add, ...)", label)
+    if opted_out(type(x)):
+        return  # (torch never asks such a type: the calls above judged what it does)
     _Unknown.asked.clear()
     try:
         answer = x.__torch_function__(torch.add, (type(x), type(u)), (x, u), {})

@@ -43,7 +43,9 @@ class ModuleSample(NamedTuple):
     label: str
 
 
-def check_modules(run: Run, dtypes: Sequence[torch.dtype], max_samples: int) -> list[ModuleSample]:
+def check_modules(
+    run: Run, dtypes: Sequence[torch.dtype], max_samples: int | None
+) -> list[ModuleSample]:
     """Run up to `max_samples` samples of each module per dtype (those holding a tensor
     `make` has an instance for) through the type; returns the samples that ran."""
     ran: list[ModuleSample] = []
@@ -57,7 +59,12 @@ def check_modules(run: Run, dtypes: Sequence[torch.dtype], max_samples: int) -> 
 
 
 def _check_module(
-    run: Run, name: str, info: Any, dtypes: Sequence[torch.dtype], max_samples: int, ran: list
+    run: Run,
+    name: str,
+    info: Any,
+    dtypes: Sequence[torch.dtype],
+    max_samples: int | None,
+    ran: list,
 ) -> None:
     """The first `max_samples` samples of one module that run, per dtype."""
     for dtype in dtypes:
@@ -76,7 +83,7 @@ def _check_module(
             continue
         count = 0
         for k, module_input in enumerate(inputs):
-            if count >= max_samples:
+            if max_samples is not None and count >= max_samples:
                 break
             if module_input.forward_input is None:
                 continue

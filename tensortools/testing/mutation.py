@@ -74,11 +74,30 @@ def _snapshot(run: Run, x: Any) -> dict:
         "requires_grad": bool(getattr(x, "requires_grad", False)),
     }
     attributes = run.state(x)
+    # Objects without an ``==`` of their own (a handle, a plain Python object) compare by
+    # identity: a deep copy of one would never equal it. They are kept, not copied.
+    memo = {id(o): o for o in _by_identity(attributes)}
     try:
-        state["attributes"] = copy.deepcopy(attributes)
+        state["attributes"] = copy.deepcopy(attributes, memo)
     except Exception:  # state that cannot be copied: compared by identity, one level down
         state["attributes"] = dict(attributes)
     return state
+
+
+def _by_identity(value: Any, depth: int = 0) -> list:
+    """The objects in value (itself, or inside its containers and attributes) that have
+    no ``==`` of their own: their equality is identity."""
+    if depth > 8 or isinstance(value, (Tensor, type, str, bytes, int, float, complex, bool)):
+        return []
+    if isinstance(value, dict):
+        items = [*value.keys(), *value.values()]
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        items = list(value)
+    elif type(value).__eq__ is object.__eq__:
+        return [value]
+    else:
+        items = list((getattr(value, "__dict__", None) or {}).values())
+    return [o for item in items for o in _by_identity(item, depth + 1)]
 
 
 def same_state(was: dict, now: dict) -> str:

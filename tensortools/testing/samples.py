@@ -10,6 +10,7 @@ sample per choice that `instances` asks for (:data:`INSTANCES`)."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -117,12 +118,12 @@ def _variants(eligible: list[int], instances: Sequence[str]) -> list[tuple[tuple
 def op_samples(
     ops: Iterable[str] | None,
     dtypes: Sequence[torch.dtype],
-    max_samples: int,
+    max_samples: int | None,
     instances: Sequence[str] = ("every", "first"),
 ) -> Iterator[Sample]:
-    """The first `max_samples` strided CPU samples of each op_db function (all, or those
-    named in `ops`) for each of `dtypes` it supports, whose input is a tensor or a list or
-    tuple of tensors and which holds a strided tensor; each once per choice of
+    """The first `max_samples` (None: all) strided CPU samples of each op_db function (all,
+    or those named in `ops`) for each of `dtypes` it supports, whose input is a tensor or a
+    list or tuple of tensors and which holds a strided tensor; each once per choice of
     :data:`INSTANCES` in `instances`."""
     unknown = [how for how in instances if how not in INSTANCES]
     if unknown or not instances:
@@ -174,11 +175,11 @@ def shaped(samples: Iterable[Sample], hook: SampleHook | None) -> list[Sample]:
     return out
 
 
-def generated(info: Any, dtype: torch.dtype, n: int) -> list[OpSample]:
-    """The first `n` of an OpInfo's CPU samples of `dtype`: the same whatever ran before,
-    generated once per process and shared by every walk over op_db
+def generated(info: Any, dtype: torch.dtype, n: int | None) -> list[OpSample]:
+    """The first `n` (None: all) of an OpInfo's CPU samples of `dtype`: the same whatever
+    ran before, generated once per process and shared by every walk over op_db
     (:func:`tensortools.coverage.samples.op_db_samples`)."""
-    return op_db_samples(info, dtype, n)
+    return op_db_samples(info, dtype, sys.maxsize if n is None else n)
 
 
 def _runs(input: Any) -> bool:

@@ -15,6 +15,7 @@ from tensortools.testing.batches import check_batches
 from tensortools.testing.binding import check_binding
 from tensortools.testing.compiled import check_compile
 from tensortools.testing.edges import check_edges
+from tensortools.testing.forms import FORMS, check_forms
 from tensortools.testing.func import check_func
 from tensortools.testing.layouts import check_layouts
 from tensortools.testing.leaks import check_leaks
@@ -34,7 +35,7 @@ def run_checks(
     checks: tuple[str, ...],
     ops: Iterable[str] | None,
     dtypes: Sequence[torch.dtype],
-    max_samples: int,
+    max_samples: int | None,
     instances: Sequence[str],
     options: dict[str, Any],
 ) -> list[Sample]:
@@ -55,6 +56,9 @@ def run_checks(
                 Failure("values", name, "-", "no op_db sample of this name could be run")
             )
     seen: dict = {}  # samples so far per function: the costly checks take the first
+    # (the forms op_db's samples never take: empty, Python numbers, out=; once per function)
+    forms_done: dict[str, set] = {form: set() for form in FORMS}
+    judged = {"values", "types", "mutation"} & set(checks)
     if "promotion" in checks:  # (integer and bool samples: for this check alone)
         for s in shaped(promotion_samples(ops), hook):
             run.guarded("promotion", s, lambda: check_promotion(run, s))
@@ -109,6 +113,8 @@ def run_checks(
         for check, step, wanted in steps:
             if wanted:
                 run.guarded(check, s, step)
+        if judged:
+            check_forms(run, s, checks, forms_done)
     bar.close()
     if "edges" in checks:
         check_edges(run, samples, options)
