@@ -59,8 +59,8 @@ _GENERATED: dict[tuple[str, str, torch.dtype], tuple[list[OpSample], bool] | Exc
 _GENERATED_LOCK = threading.Lock()
 
 
-def op_db_samples(info: Any, dtype: torch.dtype, n: int) -> list[OpSample]:
-    """The first `n` CPU samples of an OpInfo in `dtype`.
+def op_db_samples(info: Any, dtype: torch.dtype, n: int | None) -> list[OpSample]:
+    """The first `n` CPU samples of an OpInfo in `dtype` (None: every one).
 
     Generating op_db's samples costs more than running most of them, and several walks
     over op_db (the checks of :func:`~tensortools.testing.check_type`, the coverage
@@ -74,14 +74,18 @@ def op_db_samples(info: Any, dtype: torch.dtype, n: int) -> list[OpSample]:
     key = (info.name, info.variant_test_name, dtype)
     with _GENERATED_LOCK:
         kept = _GENERATED.get(key)
-        if kept is None or (isinstance(kept, tuple) and len(kept[0]) < n and not kept[1]):
+        fewer = isinstance(kept, tuple) and (n is None or len(kept[0]) < n) and not kept[1]
+        if kept is None or fewer:
             kept = _GENERATED[key] = _generated(info, dtype, n)
     if isinstance(kept, Exception):
         raise kept
     return [_copied(s) for s in kept[0][:n]]
 
 
-def _generated(info: Any, dtype: torch.dtype, n: int) -> tuple[list[OpSample], bool] | Exception:
+def _generated(
+    info: Any, dtype: torch.dtype, n: int | None
+) -> tuple[list[OpSample], bool] | Exception:
+    """Up to n samples (None: all), and whether they are all the OpInfo has."""
     state = torch.default_generator.get_state()
     torch.default_generator.manual_seed(0)
     try:
@@ -89,7 +93,7 @@ def _generated(info: Any, dtype: torch.dtype, n: int) -> tuple[list[OpSample], b
             OpSample(s.input, tuple(s.args), dict(s.kwargs))
             for s in itertools.islice(info.sample_inputs("cpu", dtype), n)
         ]
-        return made, len(made) < n
+        return made, n is None or len(made) < n
     except Exception as err:  # noqa: BLE001 - kept, and raised to each caller
         return err
     finally:

@@ -357,6 +357,34 @@ def test_a_sample_generator_that_raises_raises_on_every_call_without_running_aga
     module._GENERATED.pop(("broken", "", torch.float32))
 
 
+@pytest.mark.parametrize("first", [None, 0, 2, 7])
+def test_every_sample_is_none_and_leaves_later_calls_whole(first):
+    """n=None asks for every sample; a call with None before or after a call with a count
+    gets every sample, and the count's call gets its first n (None was compared with a
+    count, raised inside the generator's guard and was kept as the OpInfo's failure)."""
+    from tensortools import _samples as module
+
+    class Five:
+        name, variant_test_name = f"five-{first}", ""
+
+        def sample_inputs(self, device, dtype):
+            return (
+                types.SimpleNamespace(input=torch.full((2,), float(i)), args=(), kwargs={})
+                for i in range(5)
+            )
+
+    info = Five()
+    try:
+        if first is not None:
+            assert len(module.op_db_samples(info, torch.float32, first)) == min(first, 5)
+        every = module.op_db_samples(info, torch.float32, None)
+        assert [s.input[0].item() for s in every] == [0.0, 1.0, 2.0, 3.0, 4.0]
+        assert len(module.op_db_samples(info, torch.float32, 3)) == 3
+        assert len(module.op_db_samples(info, torch.float32, None)) == 5
+    finally:
+        module._GENERATED.pop((info.name, "", torch.float32), None)
+
+
 def test_threads_generating_samples_at_once_get_what_one_thread_alone_gets(monkeypatch):
     # (the samples are drawn from the process's generator, seeded for the generation: two
     # threads drawing at once would each take some of the other's numbers)
