@@ -42,6 +42,33 @@ def wants_autograd(args: Sequence[Any]) -> bool:
     )
 
 
+def routed() -> bool:
+    """Whether an entry point's call must take the operator's registered route (its
+    Python Autograd kernel, above): under ``torch.compile`` (which traces the registered
+    operator), a torch.func transform (vmap, grad, jvp, functionalize: their levels reach
+    the kernel), an open forward-AD level, or autocast (which casts before autograd).
+    Otherwise the entry point takes the lean path (:func:`register`'s ``call``)."""
+    return (
+        torch.compiler.is_compiling()
+        or forward_ad._current_level >= 0
+        or torch._C._are_functorch_transforms_active()
+        or torch._C._is_any_autocast_enabled()
+    )
+
+
+def below_autograd(op: torch._ops.OpOverload) -> Callable[..., Any]:
+    """A call of ``op`` where no derivative is wanted: outside :func:`routed` calls, the
+    kernels directly (past the Autograd key), else the registered route."""
+
+    def call(*args: Any) -> Any:
+        if routed():
+            return op(*args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return op(*args)
+
+    return call
+
+
 def save(ctx: Any, *tensors: Tensor | None) -> None:
     """Save for backward and for the tangent formula alike."""
     ctx.save_for_backward(*tensors)
@@ -128,11 +155,17 @@ def register(
     backward: Callable[..., Any],
     jvp: Callable[..., Any],
     vmap: Callable[..., Any],
-) -> None:
+) -> Callable[..., Any]:
     """Give the operator ``qualname`` its Autograd kernel (backward and tangent formula)
     and its batching rule. ``setup_context``, ``backward`` and ``jvp`` are as for a
     ``torch.autograd.Function``'s staticmethods over the operator's arguments; ``vmap`` as
-    for ``torch.library.register_vmap``."""
+    for ``torch.library.register_vmap``.
+
+    Returns the call the entry points make, ``call(*args)``: where :func:`routed` says so,
+    the operator itself (its registered route); otherwise the lean path, with no Python
+    Autograd kernel and no redispatch: one plain ``autograd.Function`` whose forward runs
+    the kernels past the Autograd key and whose backward is ``backward``, where a gradient
+    is wanted, and the kernels directly where none is."""
     op = torch._library.utils.lookup_op(qualname)
     name = qualname.split("::")[1]
 
@@ -208,3 +241,28 @@ def register(
 
     _LIB.impl(name, autograd_kernel, "Autograd", with_keyset=True)
     torch.library.register_vmap(qualname, vmap, lib=_LIB)
+
+    # The lean path's Function: forward takes ctx (no setup_context staticmethod), so
+    # apply binds no signature; it is never applied under a transform or forward AD.
+    def lean_forward(ctx: Any, *args: Any) -> Any:
+        with torch._C._AutoDispatchBelowAutograd():
+            output = op(*args)
+        setup_context(ctx, args, output)
+        return output
+
+    lean = type(
+        "".join(part.title() for part in name.split("_")) + "LeanFunction",
+        (torch.autograd.Function,),
+        {"forward": staticmethod(lean_forward), "backward": staticmethod(backward)},
+    )
+
+    def call(*args: Any) -> Any:
+        if routed():
+            return op(*args)
+        if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args):
+            return lean.apply(*args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return op(*args)
+
+    call.op = op  # type: ignore[attr-defined]
+    return call

@@ -20,7 +20,7 @@ def axpby(x: Tensor, y: Tensor, alpha: float, beta: float) -> Tensor:
     check_tensors("axpby", ("x", "y"), (x, y))
     check_number("axpby", "alpha", alpha)
     check_number("axpby", "beta", beta)
-    return torch.ops.tensortools.axpby.default(x, y, float(alpha), float(beta))
+    return _axpby(x, y, float(alpha), float(beta))
 
 
 def _axpby_setup(ctx, inputs, output):
@@ -58,7 +58,7 @@ def _axpby_vmap(info, in_dims, x, y, alpha, beta):
     return torch.ops.tensortools.axpby.default(x, y, alpha, beta), 0
 
 
-register(
+_axpby = register(
     "tensortools::axpby",
     setup_context=_axpby_setup,
     backward=_axpby_backward,

@@ -12,7 +12,13 @@ from torch import Tensor
 from torch.autograd import forward_ad
 from torch.overrides import handle_torch_function
 
-from tensortools.ops._autograd import _LIB, loop_vmap, no_second_order, register
+from tensortools.ops._autograd import (
+    _LIB,
+    below_autograd,
+    loop_vmap,
+    no_second_order,
+    register,
+)
 from tensortools.ops._checks import check_number, check_tensors, overridden
 
 __all__ = ["fused_conv_bn2d"]
@@ -92,14 +98,10 @@ def fused_conv_bn2d(
         return torch.ops.tensortools.conv_bn2d_eval.default(
             input, weight, running_mean, running_var, gamma, beta, stride, padding, eps
         )
-    out, mean, var = torch.ops.tensortools.conv_bn2d_forward.default(
-        input, weight, gamma, beta, stride, padding, eps
-    )
+    out, mean, var = _conv_bn2d_forward(input, weight, gamma, beta, stride, padding, eps)
     if running_mean is not None:
         with torch.no_grad():
-            torch.ops.tensortools.conv_bn2d_update_stats.default(
-                running_mean, running_var, out.detach(), mean, var, momentum
-            )
+            _update_stats(running_mean, running_var, out.detach(), mean, var, momentum)
     return out
 
 
@@ -115,7 +117,7 @@ def _conv_bn2d_setup(ctx, inputs, output):
 def _conv_bn2d_backward(ctx, grad_output, _grad_mean, _grad_var):
     input, weight, gamma, mean, var = ctx.saved_tensors
     need_input, need_weight, need_gamma, need_beta = ctx.needs_input_grad[:4]
-    grads = torch.ops.tensortools.conv_bn2d_backward.default(
+    grads = _conv_bn2d_backward_op(
         grad_output,
         input,
         weight,
@@ -170,7 +172,7 @@ def _add(total, term):
     return term if total is None else total + term
 
 
-register(
+_conv_bn2d_forward = register(
     "tensortools::conv_bn2d_forward",
     setup_context=_conv_bn2d_setup,
     backward=_conv_bn2d_backward,
@@ -190,7 +192,7 @@ def _conv_bn2d_eval_vmap(info, in_dims, input, *args):
     return op(input.flatten(0, 1), *args).unflatten(0, input.shape[:2]), 0
 
 
-register(
+_conv_bn2d_backward_op = register(
     "tensortools::conv_bn2d_backward",
     setup_context=lambda ctx, inputs, output: None,
     backward=no_second_order("fused_conv_bn2d"),
@@ -220,6 +222,7 @@ def _update_stats_autograd(keyset, *args):
 
 
 _LIB.impl("conv_bn2d_update_stats", _update_stats_autograd, "Autograd", with_keyset=True)
+_update_stats = below_autograd(torch.ops.tensortools.conv_bn2d_update_stats.default)
 # Inference is a composition of ATen operators (CompositeImplicitAutograd): autograd and
 # tangents come from them; only vmap needs a rule.
 torch.library.register_vmap("tensortools::conv_bn2d_eval", _conv_bn2d_eval_vmap, lib=_LIB)

@@ -31,7 +31,7 @@ def graph_conv(adj: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None = Non
         )
     if bias is not None:
         check_tensors("graph_conv", ("bias",), (bias,))
-    return torch.ops.tensortools.graph_conv.default(adj, x, weight, bias)
+    return _graph_conv(adj, x, weight, bias)
 
 
 def _graph_conv_setup(ctx, inputs, output):
@@ -74,7 +74,7 @@ def _graph_conv_jvp(ctx, t_adj, t_x, t_weight, t_bias):
     return tangent
 
 
-register(
+_graph_conv = register(
     "tensortools::graph_conv",
     setup_context=_graph_conv_setup,
     backward=_graph_conv_backward,

@@ -11,6 +11,7 @@ from torch.overrides import handle_torch_function
 
 from tensortools.ops._autograd import (
     _LIB,
+    below_autograd,
     loop_or_fold,
     loop_vmap,
     no_second_order,
@@ -39,7 +40,7 @@ def lltm(
     if overridden(args):
         return handle_torch_function(lltm, args, *args)
     check_tensors("lltm", _LLTM_ARGS, args)
-    new_h, new_cell, _, _ = torch.ops.tensortools.lltm_forward.default(*args)
+    new_h, new_cell, _, _ = _lltm_forward(*args)
     return new_h, new_cell
 
 
@@ -67,9 +68,9 @@ def lltm_sequence(
     check_tensors("lltm_sequence", _SEQUENCE_ARGS, args)
     if not wants_autograd(args):
         # No gradient wanted: the same forward, keeping nothing for backward.
-        output, h_n, c_n = torch.ops.tensortools.lltm_sequence_inference.default(*args)
+        output, h_n, c_n = _sequence_inference(*args)
         return output, h_n, c_n
-    output, h_n, c_n, _, _ = torch.ops.tensortools.lltm_sequence_forward.default(*args)
+    output, h_n, c_n, _, _ = _sequence_forward(*args)
     return output, h_n, c_n
 
 
@@ -158,9 +159,7 @@ def _lltm_backward(ctx, grad_h, grad_cell, _grad_gates, _grad_X):
     new_cell, gates, X, weights = ctx.saved_tensors
     # An output that did not reach the loss has no gradient: it is zero.
     grad_h, grad_cell = _zeros_if_none(grad_h, new_cell), _zeros_if_none(grad_cell, new_cell)
-    return torch.ops.tensortools.lltm_backward.default(
-        grad_h, grad_cell, new_cell, gates, X, weights
-    )
+    return _lltm_backward_op(grad_h, grad_cell, new_cell, gates, X, weights)
 
 
 def _lltm_jvp(ctx, *tangents):
@@ -205,7 +204,7 @@ def _lltm_sequence_backward(ctx, grad_output, grad_h_n, grad_c_n, _grad_cells, _
     # Only the gradients autograd will use: the input of a sequence model seldom needs
     # one, and its product is a third of the backward's work when F >> S.
     mask = list(ctx.needs_input_grad[:3])
-    d_input, d_weights, d_bias, d_h0, d_c0 = torch.ops.tensortools.lltm_sequence_backward.default(
+    d_input, d_weights, d_bias, d_h0, d_c0 = _sequence_backward_op(
         _zeros_if_none(grad_output, output),
         _zeros_if_none(grad_h_n, h0),
         _zeros_if_none(grad_c_n, h0),
@@ -254,14 +253,15 @@ def _sequence_vmap(op):
     return loop_or_fold(op, (1, 2), fold)
 
 
-register(
+# (each register gives the call the entry points and backward formulas make: see register)
+_lltm_forward = register(
     "tensortools::lltm_forward",
     setup_context=_lltm_setup,
     backward=_lltm_backward,
     jvp=_lltm_jvp,
     vmap=loop_or_fold(torch.ops.tensortools.lltm_forward.default, (1, 2), _lltm_fold),
 )
-register(
+_lltm_backward_op = register(
     "tensortools::lltm_backward",
     setup_context=lambda ctx, inputs, output: None,
     backward=no_second_order("lltm", _SECOND_ORDER.format("lltm")),
@@ -269,14 +269,14 @@ register(
     # The weights' and bias' gradients sum over the batch: per sample, a loop.
     vmap=loop_vmap(torch.ops.tensortools.lltm_backward.default),
 )
-register(
+_sequence_forward = register(
     "tensortools::lltm_sequence_forward",
     setup_context=_lltm_sequence_setup,
     backward=_lltm_sequence_backward,
     jvp=_lltm_sequence_jvp,
     vmap=_sequence_vmap(torch.ops.tensortools.lltm_sequence_forward.default),
 )
-register(
+_sequence_backward_op = register(
     "tensortools::lltm_sequence_backward",
     setup_context=lambda ctx, inputs, output: None,
     backward=no_second_order("lltm_sequence", _SECOND_ORDER.format("lltm_sequence")),
@@ -288,3 +288,4 @@ torch.library.register_vmap(
     _sequence_vmap(torch.ops.tensortools.lltm_sequence_inference.default),
     lib=_LIB,
 )
+_sequence_inference = below_autograd(torch.ops.tensortools.lltm_sequence_inference.default)

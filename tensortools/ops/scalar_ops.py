@@ -54,9 +54,7 @@ def add_diagonal(input: Tensor, value: Any) -> Tensor:
     if overridden((input, value)):
         return handle_torch_function(add_diagonal, (input, value), input, value)
     check_tensors("add_diagonal", ("input",), (input,))
-    return torch.ops.tensortools.add_diagonal.default(
-        input, _as_value("add_diagonal", value, input)
-    )
+    return _add_diagonal(input, _as_value("add_diagonal", value, input))
 
 
 def scale(input: Tensor, value: Any) -> Tensor:
@@ -65,7 +63,7 @@ def scale(input: Tensor, value: Any) -> Tensor:
     if overridden((input, value)):
         return handle_torch_function(scale, (input, value), input, value)
     check_tensors("scale", ("input",), (input,))
-    return torch.ops.tensortools.scale.default(input, _as_value("scale", value, input))
+    return _scale(input, _as_value("scale", value, input))
 
 
 def _save_inputs(ctx, inputs, output):
@@ -134,14 +132,15 @@ def _elementwise_vmap(op):
     return loop_or_fold(op, (1,), fold)
 
 
-register(
+# (each register gives the call the entry points make: see register)
+_add_diagonal = register(
     "tensortools::add_diagonal",
     setup_context=_add_diagonal_setup,
     backward=_add_diagonal_backward,
     jvp=_add_diagonal_jvp,
     vmap=_elementwise_vmap(torch.ops.tensortools.add_diagonal.default),
 )
-register(
+_scale = register(
     "tensortools::scale",
     setup_context=_save_inputs,
     backward=_scale_backward,
