@@ -15,7 +15,11 @@
 //      matrix_norm without arguments (torch.norm(d) passes its defaults by keyword, and
 //      takes the Python path);
 //   EIGVALS, EIGVALSH, SVDVALS  torch.linalg.eigvals(d), eigvalsh(d), svdvals(d) without
-//      further arguments: N copies of a number.
+//      further arguments: N copies of a number;
+//   ADD, SUB, MUL, DIV, MATMUL  arithmetic.py's calls of two operands (d + e, d - e, d * e
+//      with alpha= for add and sub, d * 2, 2 * d, d / 2 with rounding_mode=, d @ e), for
+//      ScalarTensors of one N (any N) or, for mul and div, one and a Python number: see
+//      arithmetic() below.
 // The arithmetic of SUM, FROBENIUS and the eigenvalues, and the range rules the Python
 // handlers share (probe_of, probed_pair, in_range, number_passes, lapack_safe), are
 // defined here once and exported to Python (scalar_probe, scalar_probed_pair,
@@ -33,6 +37,7 @@
 // tensortools/types/scalar/tensor.py documents.
 #include "scalar_dispatch.h"
 
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <torch/csrc/Dtype.h>
@@ -63,14 +68,30 @@ enum Code : long {
   kFlagged = 4,
   kEigvals = 5,
   kEigvalsh = 6,
-  kSvdvals = 7
+  kSvdvals = 7,
+  kAdd = 8,
+  kSub = 9,
+  kMul = 10,
+  kDiv = 11,
+  kMatmul = 12
 };
 
 // The codes by the names Python's FastCode gives them.
-constexpr std::pair<const char*, long> kCodeNames[] = {
-    {"ELEMENTWISE", kElementwise}, {"SUM", kSum},         {"FROBENIUS", kFrobenius},
-    {"FLAGGED", kFlagged},         {"EIGVALS", kEigvals}, {"EIGVALSH", kEigvalsh},
-    {"SVDVALS", kSvdvals}};
+constexpr std::pair<const char*, long> kCodeNames[] = {{"ELEMENTWISE", kElementwise},
+                                                       {"SUM", kSum},
+                                                       {"FROBENIUS", kFrobenius},
+                                                       {"FLAGGED", kFlagged},
+                                                       {"EIGVALS", kEigvals},
+                                                       {"EIGVALSH", kEigvalsh},
+                                                       {"SVDVALS", kSvdvals},
+                                                       {"ADD", kAdd},
+                                                       {"SUB", kSub},
+                                                       {"MUL", kMul},
+                                                       {"DIV", kDiv},
+                                                       {"MATMUL", kMatmul}};
+
+// The torch functions the arithmetic handlers call (torch.add, sub, mul, div), by code.
+PyObject* g_arithmetic[4] = {nullptr, nullptr, nullptr, nullptr};
 
 // The most positional arguments a call on this path may have (clamp(d, min, max) has 3).
 constexpr Py_ssize_t kMostArguments = 8;
@@ -538,6 +559,178 @@ PyObject* repeated(long code, int64_t n, const at::Tensor& pair) {
   return THPVariable_Wrap(at::full({n}, number, pair.options().dtype(out)));
 }
 
+// -- ADD, SUB, MUL, DIV, MATMUL: arithmetic.py's handlers of two operands --
+
+// A ScalarTensor operand of class cls this path reads: its N (an int in int64, >= 0) and
+// its pair (a plain 1-D CPU tensor of 2 entries), as new references; false (no error
+// set) for anything else.
+bool operand(PyObject* x, PyObject* cls, PyObject** n, PyObject** pair, int64_t* size) {
+  if (Py_TYPE(x) != reinterpret_cast<PyTypeObject*>(cls)) return false;
+  *n = PyObject_GetAttr(x, s_n);
+  *pair = *n == nullptr ? nullptr : PyObject_GetAttr(x, s_pair);
+  if (*pair == nullptr) {
+    Py_CLEAR(*n);
+    PyErr_Clear();
+    return false;
+  }
+  int overflow = 0;
+  const long long v = PyLong_CheckExact(*n) ? PyLong_AsLongLongAndOverflow(*n, &overflow) : -1;
+  bool ok = v >= 0 && overflow == 0 && THPVariable_CheckExact(*pair);
+  if (ok) {
+    const at::Tensor& t = THPVariable_Unpack(*pair);
+    ok = t.device().is_cpu() && t.layout() == at::kStrided && t.dim() == 1 && t.numel() == 2;
+  }
+  if (!ok) {
+    PyErr_Clear();
+    Py_CLEAR(*n);
+    Py_CLEAR(*pair);
+    return false;
+  }
+  *size = v;
+  return true;
+}
+
+// A Python number as plain_operand takes it as it is (bool, int, float, complex; their
+// subclasses are left to the Python path).
+bool plain_number(PyObject* x) {
+  return PyBool_Check(x) || PyLong_CheckExact(x) || PyFloat_CheckExact(x) ||
+         PyComplex_CheckExact(x);
+}
+
+// Whether entry 0 of a pair is finite, as common.finite reads it (integers always are).
+bool finite_value(const at::Tensor& pair) {
+  std::complex<double> v;
+  int64_t integer = 0;
+  return pair_entry(pair, 0, &v, &integer) && std::isfinite(v.real()) && std::isfinite(v.imag());
+}
+
+// A ScalarTensor of size n for result (a new reference, consumed) where make_pair finds
+// its pair; nullptr without an error set otherwise.
+template <typename MakePair>
+PyObject* structured_result(PyObject* klass, PyObject* n, PyObject* result, MakePair make_pair) {
+  PyObject* out = nullptr;
+  if (result != nullptr && THPVariable_CheckExact(result)) {
+    at::Tensor pair = make_pair(THPVariable_Unpack(result));
+    if (pair.defined()) {
+      PyObject* wrapped = THPVariable_Wrap(std::move(pair));
+      if (wrapped != nullptr) {
+        out = make(klass, n, wrapped);
+        Py_DECREF(wrapped);
+      }
+    }
+  }
+  Py_XDECREF(result);
+  if (out == nullptr) PyErr_Clear();
+  return out;
+}
+
+// Whether kwargs holds only the keyword the handler of `code` passes on (alpha for add and
+// sub, rounding_mode for div).
+bool arithmetic_keywords(long code, PyObject* kwargs) {
+  if (kwargs == nullptr) return true;
+  const char* allowed = code == kAdd || code == kSub ? "alpha"
+                        : code == kDiv               ? "rounding_mode"
+                                                     : "";
+  Py_ssize_t pos = 0;
+  PyObject* key;
+  PyObject* value;
+  while (PyDict_Next(kwargs, &pos, &key, &value)) {
+    if (!PyUnicode_Check(key) || PyUnicode_CompareWithASCIIString(key, allowed) != 0) return false;
+  }
+  return true;
+}
+
+// The handlers of arithmetic.py for the calls of two CPU operands it answers with a
+// structured result: add, sub and mul of two ScalarTensors of one N (the torch function on
+// their probes), mul of a ScalarTensor and a number in either order and div of a
+// ScalarTensor of N > 0 by a number (on its probe, in the call's order), matmul/mm of two
+// finite ScalarTensors of one N and one dtype (not bool) whose product is finite (the
+// product of their pairs). nullptr without an error set for every other call and case
+// (sizes that differ, 0-d tensors, dense operands, an error of torch's): the Python path
+// answers, and raises what it raises.
+PyObject* arithmetic(PyObject* klass, PyObject* cls, long code, PyObject* args, PyObject* kwargs) {
+  if (PyTuple_GET_SIZE(args) != 2 || !arithmetic_keywords(code, kwargs)) return nullptr;
+  PyObject* operands[2] = {PyTuple_GET_ITEM(args, 0), PyTuple_GET_ITEM(args, 1)};
+  PyObject* ns[2] = {nullptr, nullptr};
+  PyObject* pairs[2] = {nullptr, nullptr};
+  int64_t sizes[2] = {-1, -1};
+  bool scalar[2];
+  for (int i = 0; i < 2; ++i) {
+    scalar[i] = operand(operands[i], cls, &ns[i], &pairs[i], &sizes[i]);
+  }
+  PyObject* out = nullptr;
+  PyObject* probes[2] = {nullptr, nullptr};
+  const int d = scalar[0] ? 0 : 1;  // the ScalarTensor whose size the result has
+  bool go = false;
+  if (scalar[0] && scalar[1]) {
+    go = sizes[0] == sizes[1] && (code == kAdd || code == kSub || code == kMul || code == kMatmul);
+  } else if (scalar[0] || scalar[1]) {
+    go = plain_number(operands[1 - d]) &&
+         (code == kMul || (code == kDiv && d == 0 && sizes[0] != 0));
+  }
+  // (the handlers call torch's functions, which a TorchFunctionMode sees: with one active,
+  // this path calls them too)
+  const bool modes = at::impl::torch_function_mode_enabled();
+  try {
+    if (go && code == kMatmul) {
+      const at::Tensor& a = THPVariable_Unpack(pairs[0]);
+      const at::Tensor& b = THPVariable_Unpack(pairs[1]);
+      if (a.scalar_type() == b.scalar_type() && a.scalar_type() != at::kBool && finite_value(a) &&
+          finite_value(b)) {
+        PyObject* argv[2] = {pairs[0], pairs[1]};
+        PyObject* product =
+            modes ? PyObject_VectorcallDict(g_arithmetic[kMul - kAdd], argv, 2, nullptr)
+                  : THPVariable_Wrap(at::mul(a, b));
+        out = structured_result(klass, ns[0], product, [](const at::Tensor& t) {
+          return finite_value(t) ? t : at::Tensor();
+        });
+      }
+    } else if (go && scalar[0] && scalar[1] && kwargs == nullptr && !modes) {
+      // (torch.add, sub or mul of two plain CPU tensors and no keyword, with no mode to
+      // see it: the call torch's binding makes, made here)
+      const at::Tensor a = probe_of(THPVariable_Unpack(pairs[0]));
+      const at::Tensor b = operands[1] == operands[0] ? a : probe_of(THPVariable_Unpack(pairs[1]));
+      at::Tensor result = code == kAdd   ? at::add(a, b)
+                          : code == kSub ? at::sub(a, b)
+                                         : at::mul(a, b);
+      at::Tensor pair = probed_pair(result);
+      if (pair.defined()) {
+        PyObject* wrapped = THPVariable_Wrap(std::move(pair));
+        if (wrapped != nullptr) {
+          out = make(klass, ns[0], wrapped);
+          Py_DECREF(wrapped);
+        }
+      }
+    } else if (go) {
+      PyObject* argv[2];
+      bool made = true;
+      for (int i = 0; i < 2; ++i) {
+        if (scalar[i] && i == 1 && scalar[0] && operands[1] == operands[0]) {
+          probes[1] = Py_NewRef(probes[0]);  // (d + d: one probe)
+        } else if (scalar[i]) {
+          probes[i] = THPVariable_Wrap(probe_of(THPVariable_Unpack(pairs[i])));
+        }
+        made = made && (!scalar[i] || probes[i] != nullptr);
+        argv[i] = scalar[i] ? probes[i] : operands[i];
+      }
+      if (made) {
+        PyObject* result = PyObject_VectorcallDict(g_arithmetic[code - kAdd], argv, 2, kwargs);
+        out = structured_result(klass, ns[d], result,
+                                [](const at::Tensor& t) { return probed_pair(t); });
+      }
+    }
+  } catch (const std::exception&) {
+    out = nullptr;  // (the Python path runs the call again, and raises what it raises)
+  }
+  if (out == nullptr) PyErr_Clear();
+  for (int i = 0; i < 2; ++i) {
+    Py_XDECREF(ns[i]);
+    Py_XDECREF(pairs[i]);
+    Py_XDECREF(probes[i]);
+  }
+  return out;
+}
+
 // The fast path's answer for a call with record (klass, codes), or nullptr: with an error
 // set on error, else the Python path.
 PyObject* fast(PyObject* record, PyObject* cls, PyObject* func, PyObject* args, PyObject* kwargs) {
@@ -550,13 +743,17 @@ PyObject* fast(PyObject* record, PyObject* cls, PyObject* func, PyObject* args, 
       (kwargs != nullptr && !PyDict_CheckExact(kwargs))) {
     return nullptr;
   }
-  PyObject* x = PyTuple_GET_ITEM(args, 0);  // (the caller's tuple holds it)
-  if (Py_TYPE(x) != reinterpret_cast<PyTypeObject*>(cls)) return nullptr;
+  PyObject* x = PyTuple_GET_ITEM(args, 0);                       // (the caller's tuple holds it)
   PyObject* code_object = PyDict_GetItemWithError(codes, func);  // (func's __eq__ may run)
   if (code_object == nullptr) return nullptr;                    // (an error stays set)
   if (!PyLong_CheckExact(code_object)) return nullptr;  // (a record this file did not make)
   const long code = PyLong_AsLong(code_object);         // (an exact int: no Python code runs)
   if (code == -1 && PyErr_Occurred()) return nullptr;
+  if (code >= kAdd && code <= kMatmul) {
+    return arithmetic(klass, cls, code, args,
+                      kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0 ? kwargs : nullptr);
+  }
+  if (Py_TYPE(x) != reinterpret_cast<PyTypeObject*>(cls)) return nullptr;
   const bool further =
       PyTuple_GET_SIZE(args) > 1 || (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0);
   if (further && code != kElementwise && code != kFlagged) return nullptr;
@@ -745,6 +942,17 @@ void add_scalar_dispatch(pybind11::module_& m) {
       throw pybind11::error_already_set();
     }
   }
+  PyObject* torch = PyImport_ImportModule("torch");
+  if (torch == nullptr) throw pybind11::error_already_set();
+  const char* arithmetic_names[] = {"add", "sub", "mul", "div"};
+  for (int i = 0; i < 4; ++i) {
+    g_arithmetic[i] = PyObject_GetAttrString(torch, arithmetic_names[i]);
+    if (g_arithmetic[i] == nullptr) {
+      Py_DECREF(torch);
+      throw pybind11::error_already_set();
+    }
+  }
+  Py_DECREF(torch);
   g_empty = PyTuple_New(0);
   if (g_empty == nullptr || PyModule_AddFunctions(m.ptr(), methods) != 0) {
     throw pybind11::error_already_set();

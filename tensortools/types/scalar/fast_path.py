@@ -35,7 +35,10 @@ __all__ = ["ANSWERED_IN_C"]
 #: and neg of arithmetic); FLAGGED one with the flags inplace or training, passed by
 #: keyword and off; SUM the whole sum (reductions); FROBENIUS the norms' whole-matrix
 #: Frobenius form (closed_forms); EIGVALS, EIGVALSH, SVDVALS without further arguments
-#: (linalg).
+#: (linalg); ADD, SUB, MUL, DIV, MATMUL the two-operand calls arithmetic answers with
+#: a structured result, where its operands are ScalarTensors of one N or (mul, div) one
+#: ScalarTensor and a Python number (the reflected forms that swap operands, __rsub__,
+#: __rtruediv__, __rmatmul__, have handlers of their own and take the Python path).
 ANSWERED_IN_C: dict[FastCode, tuple[Callable, ...]] = {
     FastCode.ELEMENTWISE: (torch.neg, *(f for f in ELEMENTWISE if not flags_of(f))),
     FastCode.FLAGGED: tuple(f for f in ELEMENTWISE if flags_of(f)),
@@ -50,6 +53,17 @@ ANSWERED_IN_C: dict[FastCode, tuple[Callable, ...]] = {
     FastCode.EIGVALSH: (torch.linalg.eigvalsh,),
     FastCode.SVDVALS: (torch.linalg.svdvals,),
 }
+_ARITHMETIC = {
+    "ADD": (torch.add,),
+    "SUB": (torch.sub,),
+    "MUL": (torch.mul,),
+    "DIV": (torch.div,),
+    "MATMUL": (torch.matmul, torch.mm),
+}
+# (an extension built before these codes has none: its arithmetic takes the Python path)
+ANSWERED_IN_C.update(
+    {FastCode[name]: funcs for name, funcs in _ARITHMETIC.items() if name in FastCode.__members__}
+)
 
 
 def _mark() -> None:
