@@ -135,7 +135,7 @@ def _per_result(found: Any, results: list) -> bool:
 
 
 def _set_(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-    """Tensor.set_, which torch runs without ``__torch_function__``: a batch whose data
+    """``Tensor.set_``, which torch runs without ``__torch_function__``: a batch whose data
     it replaces holds no known samples any more (as after ``resize_``), so it is one
     tensor, with its metadata whole."""
     out = Tensor.set_(self, *args, **kwargs)
