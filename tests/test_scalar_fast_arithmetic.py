@@ -12,13 +12,13 @@ import math
 import pytest
 import torch
 from _support.scalar_cases import SWEEP_DTYPES, special_values
+from _support.scalar_cases import bits as _bits
 
 from tensortools import ScalarTensor
 from tensortools.types.scalar import FastCode
 from tensortools.types.scalar.tensor import FastRecord
 
 SIZES = [0, 1, 5]
-_SAME_SIZE_INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 #: The call forms, each a function of its two operands.
 FORMS = {
@@ -57,15 +57,6 @@ def _python_path():
         yield
     finally:
         ScalarTensor._fast = saved
-
-
-def _bits(x):
-    if isinstance(x, ScalarTensor):
-        return ("ScalarTensor", x.N, _bits(x._pair))
-    t = torch.view_as_real(x.resolve_conj().resolve_neg()) if x.is_complex() else x
-    if t.is_floating_point():
-        t = t.contiguous().view(_SAME_SIZE_INT[t.element_size()])
-    return (type(x), x.dtype, tuple(x.shape), t.flatten().tolist())
 
 
 def _same_values(a, b):

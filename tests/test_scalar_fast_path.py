@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _support.scalar_cases import SWEEP_DTYPES, interleaved_failures, special_values
+from _support.scalar_cases import bits as _bits
 
 from tensortools import ScalarTensor
 from tensortools.types.scalar import FastCode
@@ -26,20 +27,6 @@ COMPILED = ScalarTensor.__torch_function__
 
 def _fast_functions(code):
     return [f for f, c in ScalarTensor._fast.codes.items() if c == code]
-
-
-_SAME_SIZE_INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def _bits(x):
-    """x's type and, for tensors (the pairs of ScalarTensors), dtype, shape and the bits of
-    its values: each zero's sign, each NaN's sign and payload."""
-    if isinstance(x, ScalarTensor):
-        return ("ScalarTensor", x.N, _bits(x._pair))
-    t = torch.view_as_real(x.resolve_conj().resolve_neg()) if x.is_complex() else x
-    if t.is_floating_point():
-        t = t.contiguous().view(_SAME_SIZE_INT[t.element_size()])
-    return (type(x), x.dtype, tuple(x.shape), t.flatten().tolist())
 
 
 def _outcome(call):

@@ -343,3 +343,19 @@ QUERIES = [
     "storage_offset",
     "type",
 ]
+
+
+_SAME_SIZE_INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits(x):
+    """x's type and, for tensors (the pairs of ScalarTensors), dtype, shape and the bits of
+    its values: each zero's sign, each NaN's sign and payload."""
+    from tensortools import ScalarTensor
+
+    if isinstance(x, ScalarTensor):
+        return ("ScalarTensor", x.N, bits(x._pair))
+    t = torch.view_as_real(x.resolve_conj().resolve_neg()) if x.is_complex() else x
+    if t.is_floating_point():
+        t = t.contiguous().view(_SAME_SIZE_INT[t.element_size()])
+    return (type(x), x.dtype, tuple(x.shape), t.flatten().tolist())
