@@ -422,3 +422,19 @@ def test_threads_generating_samples_at_once_get_what_one_thread_alone_gets(monke
     for name, samples in got.items():
         assert all(torch.equal(s.input, a) for s, a in zip(samples, alone, strict=True)), name
     assert torch.equal(torch.default_generator.get_state(), state)  # put back
+
+
+def test_the_overridable_functions_do_not_depend_on_dynamo_being_imported():
+    """torch._dynamo, once imported, replaces torch.manual_seed by a wrapper, which torch's
+    ignored set does not hold: the list of functions (and docs/coverage.md's counts) must be
+    what a process without dynamo gets."""
+    code = (
+        "import sys; from tensortools import coverage; "
+        "print(len(coverage.overridable_functions()), 'torch._dynamo' in sys.modules)"
+    )
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    count, dynamo = fresh.stdout.split()
+    assert dynamo == "False"
+    import torch._dynamo  # noqa: F401  (its import wraps torch.manual_seed)
+
+    assert len(coverage.overridable_functions()) == int(count)

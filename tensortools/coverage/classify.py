@@ -29,7 +29,9 @@ def overridable_functions() -> list[tuple[str, Callable]]:
     seen: dict[str, Callable] = {f"tensortools.ops.{n}": getattr(ops, n) for n in ops.__all__}
     for funcs in torch.overrides.get_overridable_functions().values():
         for func in funcs:
-            if func in ignored:
+            # (torch._dynamo, once imported, puts a wrapper of torch.manual_seed in its
+            # place: the function torch ignores is the wrapped one)
+            if func in ignored or getattr(func, "__wrapped__", None) in ignored:
                 continue
             seen.setdefault(qualified_name(func), func)
     return sorted(seen.items())
