@@ -3,6 +3,7 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include "python/lltm_sequence_options.h"
 #include "python/metadata_results.h"
 #include "python/scalar_dispatch.h"
 #include "python/wrapper_dispatch.h"
@@ -24,4 +25,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   tensortools::python::add_wrapper_dispatch(m);
   tensortools::python::add_metadata_results(m);
   tensortools::python::add_scalar_dispatch(m);
+  tensortools::python::add_lltm_sequence_options(m);
 }

@@ -5,20 +5,19 @@
 For each case (batch/features/state, 128 steps, float32) and phase (inference: the
 forward alone; training: forward and backward), the median time per step over CUDA-event
 timed calls with the grid capped at 8, 16, 32, 64 and all blocks
-(TENSORTOOLS_LLTM_SEQUENCE_BLOCKS), beside the per-step loop and nn.LSTM (cuDNN). Needs
-a GPU and a CUDA build of tensortools.
+(tensortools.ops.set_lltm_sequence_options(max_blocks=N)), beside the per-step loop and
+nn.LSTM (cuDNN). Needs a GPU and a CUDA build of tensortools.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 
 import torch
 
-from tensortools import nn
+from tensortools import nn, ops
 
 CASES = [(16, 32, 128), (64, 1024, 128), (32, 256, 512)]
 CAPS = ["8", "16", "32", "64", "all", "loop"]
@@ -44,6 +43,7 @@ def main() -> None:
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
     torch.manual_seed(0)
+    defaults = ops.lltm_sequence_options()
     rows = []
     print(
         f"{'case':<12} {'phase':<10} " + " ".join(f"{c:>8}" for c in [*CAPS, "LSTM"]) + "  us/step"
@@ -66,13 +66,12 @@ def main() -> None:
 
             per_step = {}
             for cap in CAPS:
-                os.environ.pop("TENSORTOOLS_LLTM_SEQUENCE_BLOCKS", None)
-                os.environ["TENSORTOOLS_LLTM_SEQUENCE"] = "loop" if cap == "loop" else "auto"
-                if cap not in ("all", "loop"):
-                    os.environ["TENSORTOOLS_LLTM_SEQUENCE_BLOCKS"] = cap
+                ops.set_lltm_sequence_options(
+                    mode="loop" if cap == "loop" else "auto",
+                    max_blocks=None if cap in ("all", "loop") else int(cap),
+                )
                 per_step[cap] = median_ms(lambda: run(lltm, (h, c))) * 1e3 / STEPS
-            os.environ.pop("TENSORTOOLS_LLTM_SEQUENCE_BLOCKS", None)
-            os.environ.pop("TENSORTOOLS_LLTM_SEQUENCE", None)
+            ops.set_lltm_sequence_options(**defaults._asdict())
             per_step["LSTM"] = (
                 median_ms(lambda: run(lstm, (h.unsqueeze(0), c.unsqueeze(0)))) * 1e3 / STEPS
             )

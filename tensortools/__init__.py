@@ -10,7 +10,7 @@ does not (``pip install tensortools[testing]`` or ``tensortools[bench]``).
 import importlib
 from typing import Any
 
-from tensortools import dispatch, nn, ops, reference
+from tensortools import _compile_fixes, dispatch, nn, ops, reference  # noqa: F401
 from tensortools._native import C as _C
 from tensortools.types import (
     CallStats,

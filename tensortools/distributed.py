@@ -55,7 +55,7 @@ def all_gather(tensor: Tensor, group: dist.ProcessGroup | None = None) -> list[T
     payload: bytes | str | None = None
     if isinstance(tensor, MetadataTensor):
         try:
-            state = (dict(metadata_of(tensor) or {}), tensor.batch_size)
+            state = (dict(metadata_of(tensor, {})), tensor.batch_size)
             payload = pickle.dumps(state)
         except Exception as err:  # sent as text, so every rank can raise it
             payload = f"{type(err).__name__}: {err}"

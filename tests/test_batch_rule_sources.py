@@ -1,4 +1,4 @@
-"""The batch rule judges every argument that holds samples (issue 57, class 1): a call
+"""The batch rule judges every argument that holds samples: a call
 keeps a MetadataTensor batch only where every batch among its arguments holds the same
 samples in the same rows of the result; rows written from another batch, or two batches
 in different orders meeting in one call, give one tensor (not a batch), whatever the

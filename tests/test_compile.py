@@ -8,10 +8,11 @@ import warnings
 
 import pytest
 import torch
+from _support.op_records import cases
 from torch._dynamo.utils import counters
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs, ops
-from tensortools.bench.dispatch import _chain
+from tensortools.bench.dispatch import chain
 from tensortools.dispatch import TensorWrapper
 
 pytestmark = pytest.mark.slow  # torch.compile
@@ -44,9 +45,9 @@ def assert_same(out, expected):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_metadata_tensor_chain_is_one_graph(dtype):
     m = MetadataTensor(torch.randn(64, dtype=dtype), {"unit": "m", "step": 3})
-    out = torch.compile(_chain, fullgraph=True, backend="eager")(m)
+    out = torch.compile(chain, fullgraph=True, backend="eager")(m)
     assert graphs() == 1
-    assert_same(out, _chain(m))
+    assert_same(out, chain(m))
     assert out.metadata is not m.metadata  # each result holds its own dict
 
 
@@ -134,9 +135,9 @@ def test_handlers_of_two_python_written_operators_compile_as_eager():
 def test_metadata_tensor_with_inductor_equals_compiled_plain():
     x = torch.randn(1000)
     m = MetadataTensor(x, {"k": 1})
-    out = torch.compile(_chain, fullgraph=True, backend="inductor")(m)
+    out = torch.compile(chain, fullgraph=True, backend="inductor")(m)
     assert graphs() == 1 and type(out) is MetadataTensor and out.metadata == {"k": 1}
-    reference = torch.compile(_chain, fullgraph=True, backend="inductor")(x)
+    reference = torch.compile(chain, fullgraph=True, backend="inductor")(x)
     torch.testing.assert_close(plain(out), reference, rtol=0, atol=0)
 
 
@@ -176,13 +177,13 @@ def test_recompiles_only_when_metadata_changes():
 
 def test_tracking_off_compiles_the_plain_computation():
     m = MetadataTensor(torch.randn(6), {"k": 1})
-    f = torch.compile(_chain, fullgraph=True, backend="eager")
+    f = torch.compile(chain, fullgraph=True, backend="eager")
     with MetadataTensor.using_tracking(False):
         out = f(m)
-        expected = _chain(m)
+        expected = chain(m)
     assert type(out) is torch.Tensor and type(expected) is torch.Tensor
     assert torch.equal(out, expected)
-    assert_same(f(m), _chain(m))  # tracking on again: a new graph, metadata kept
+    assert_same(f(m), chain(m))  # tracking on again: a new graph, metadata kept
     assert graphs() == 2
 
 
@@ -399,49 +400,26 @@ def test_a_compiled_call_over_a_metadata_tensor_warns_nothing():
     torch.testing.assert_close(out.as_subclass(torch.Tensor), (x * 2).sin() + x)
 
 
-def _operator_calls() -> dict:
-    """name -> (fn, args): each of tensortools.ops called with a MetadataTensor first."""
-    m = MetadataTensor(torch.randn(4, 3, dtype=torch.float64), metadata={"k": 1})
-    w = torch.randn(9, 6, dtype=torch.float64)
-    h = torch.zeros(4, 3, dtype=torch.float64)
-    seq = MetadataTensor(torch.randn(5, 4, 3, dtype=torch.float64), metadata={"k": 2})
-    image = MetadataTensor(torch.randn(2, 3, 5, 5, dtype=torch.float64), metadata={"k": 3})
-    kernel = torch.randn(4, 3, 3, 3, dtype=torch.float64)
-    square = MetadataTensor(torch.randn(3, 3, dtype=torch.float64), metadata={"k": 4})
-    calls = {
-        "add_diagonal": (lambda a: ops.add_diagonal(a, 2.0), (square,)),
-        "scale": (lambda a: ops.scale(a, 2.0), (m,)),
-        "axpby": (lambda a, b: ops.axpby(a, b, 2.0, 3.0), (m, torch.ones(4, 3, dtype=m.dtype))),
-        "graph_conv": (
-            lambda a, x: ops.graph_conv(a, x, torch.ones(3, 2, dtype=x.dtype)),
-            (square, torch.randn(3, 3, dtype=torch.float64)),
-        ),
-        "lltm": (lambda x: ops.lltm(x, w, torch.zeros(9, dtype=w.dtype), h, h), (m,)),
-        "lltm_sequence": (
-            lambda x: ops.lltm_sequence(x, w, torch.zeros(9, dtype=w.dtype), h, h),
-            (seq,),
-        ),
-        "fused_conv_bn2d": (lambda x: ops.fused_conv_bn2d(x, kernel, padding=1), (image,)),
-    }
-    return calls
+#: Each of tensortools.ops called with a MetadataTensor first (the ``compile_calls`` of
+#: every operator's record, tests/test_ops_<op>.py).
+OPERATOR_CALLS = cases("compile_calls")
 
 
 def test_every_operator_has_a_call_here():
-    # (a new operator joins _operator_calls: a failure here, not at collection)
-    calls = set(_operator_calls())
+    # (a new operator's record gives its compile_calls: a failure here, not at collection)
+    calls = set(OPERATOR_CALLS)
     assert calls == set(ops.__all__), f"not in ops.__all__: {calls - set(ops.__all__)}; " + (
-        f"without a compiled call in _operator_calls: {set(ops.__all__) - calls}"
+        f"without compile_calls in its record: {set(ops.__all__) - calls}"
     )
 
 
-@pytest.mark.parametrize(
-    "fn,args", [pytest.param(fn, args, id=name) for name, (fn, args) in _operator_calls().items()]
-)
-def test_every_operator_over_a_metadata_tensor_is_one_graph_as_eager(fn, args):
+@pytest.mark.parametrize("name", sorted(OPERATOR_CALLS))
+def test_every_operator_over_a_metadata_tensor_is_one_graph_as_eager(name):
     """Traced, an operator's Python entry point asks has_torch_function, which torch.compile
     answers with no regard for the fallback's disabled subclass dispatch: the call came
     back to MetadataTensor until torch raised "no implementation found" (fullgraph) or
     broke the graph with a warning."""
+    fn, args = OPERATOR_CALLS[name].fn, OPERATOR_CALLS[name].args()
     eager = fn(*args)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -260,7 +260,7 @@ def test_a_subclass_uses_its_parents_spec_until_it_registers_its_own():
 
     own = coverage.register(Tagged, handled_means="tagged", exact=False)
     assert coverage.spec_for(Tagged) is own
-    assert own.instance is coverage.spec_for(MetadataTensor).instance
+    assert own.make is coverage.spec_for(MetadataTensor).make
     assert coverage.spec_for(MetadataTensor).handled_means != "tagged"  # the parent's is kept
     assert coverage.report(Tagged, samples=False).means["handled"] == "tagged"
 
@@ -273,10 +273,10 @@ def test_registering_a_spec_changes_what_the_report_runs():
     # the TensorWrapper default: every tensor wrapped, every result of the type
     assert coverage.check_sample(Plain, torch.exp, x, (), {}).result == "correct"
 
-    def broken_rule(cls, result):
+    def broken_rule(x, result):
         return "results are never right"
 
-    coverage.register(Plain, result_problem=broken_rule, handled_means="mine")
+    coverage.register(Plain, rule=broken_rule, handled_means="mine")
     got = coverage.check_sample(Plain, torch.exp, x, (), {})
     assert (got.result, got.reason) == ("wrong", "results are never right")
     assert coverage.report(Plain, samples=False).means["handled"] == "mine"

@@ -1,8 +1,9 @@
 """The layout of tensortools.types.metadata: every module imports alone, the imports among
 its modules point one way (the dict rules, the rules by which results take them and the
-index reader at the bottom, the class over them, the batch rules over the class, which
-they register on when imported), no private name crosses a module border; and the
-dispatch base under every type imports nothing of tensortools.ops."""
+index reader at the bottom, the words of the batch rules and their application to results
+under the class, the records of the batch rules over the class, which they register when
+imported), no private name crosses a module border; and the dispatch base under every type
+imports nothing of tensortools.ops, nor the package."""
 
 import pathlib
 import subprocess
@@ -13,20 +14,22 @@ import torch
 from _support.packages import Package, imports
 
 import tensortools
-from tensortools.dispatch import wrapper
+from tensortools.dispatch import batch_rules, wrapper
 from tensortools.types import metadata
-from tensortools.types.metadata import batch_rule, batch_settle, tensor
+from tensortools.types.metadata import tensor
 
 PACKAGE = pathlib.Path(metadata.__file__).parent
 PREFIX = "tensortools.types.metadata"
 PKG = Package(PREFIX, PACKAGE)
 MODULES = PKG.modules
-# the modules with the batch rules: none of the class's modules may import them
-BATCH = {"batch", "collation", "batch_verdict", "batch_moves", "batch_rule", "batch_settle"}
+# the modules with the batch rules' records (registered when imported): the class's modules
+# import none of them; those that apply the records to results sit under the class
+BATCH = {"batch", "collation", "batch_moves", "batch_rule"}
+SETTLE = {"batch_verdict", "batch_settle"}
 
 
 def test_the_package_has_the_documented_modules():
-    assert set(MODULES) == {"dicts", "results", "batch_index", "tensor"} | BATCH
+    assert set(MODULES) == {"dicts", "results", "batch_index", "tensor"} | BATCH | SETTLE
     for module in MODULES:
         assert f"``{module}``" in metadata.__doc__, f"{module} missing from the package docstring"
 
@@ -55,27 +58,33 @@ def test_each_module_imports_alone_in_a_fresh_interpreter():
 
 def test_imports_point_one_way():
     graph = PKG.import_graph()
-    # the dict rules, the rules of results and the index reader import none of the
-    # package; the class only those rules; the batch rules sit over the class
-    assert graph["dicts"] == graph["results"] == graph["batch_index"] == set()
-    assert graph["tensor"] == {"dicts", "results"}
-    assert "tensor" in graph["batch"] and "batch" in graph["batch_settle"]
-    assert not graph["batch"] & BATCH and not graph["collation"] & BATCH - {"batch"}
-    assert graph["batch_moves"] & BATCH == {"batch", "batch_verdict"}
+    # the rules of results and the index reader import none of the package, the dict
+    # rules only the rules of results (a compiled function's view of a result's dict);
+    # the class only those rules; the batch rules sit over the class
+    assert graph["results"] == graph["batch_index"] == set() and graph["dicts"] == {"results"}
+    # (the records' application to results under the class: no module of BATCH)
+    assert graph["batch_verdict"] == {"dicts", "results"}
+    assert graph["batch_settle"] == {"batch_index", "batch_verdict", "dicts", "results"}
+    assert graph["tensor"] == {"dicts", "results", "batch_settle"}
+    assert "tensor" in graph["batch"] and not graph["batch"] & BATCH
+    assert not graph["collation"] & BATCH - {"batch"}
+    assert graph["batch_moves"] & BATCH == set() and "batch_verdict" in graph["batch_moves"]
     assert {"batch_verdict", "batch_moves"} <= graph["batch_rule"]
-    assert "batch_rule" in graph["batch_settle"] and "batch_settle" not in graph["batch_rule"]
 
 
 def test_no_private_name_crosses_a_module_border():
     assert not PKG.private_crossings()
 
 
-def test_the_batch_modules_registered_their_rules_on_the_class():
-    # the table's rule for results, and the calls the compiled path keeps batches through
-    assert tensor._batch_results is batch_settle.settle
-    assert set(tensor.BATCH_CALLS) == batch_rule.functions_for_the_compiled_path(tensor.BATCH_RULES)
+def test_the_batch_modules_registered_their_records():
+    # one record per function; the compiled path's dict is the registry's view of it
+    records = batch_rules.RECORDS
+    assert tensor.BATCH_CALLS is batch_rules.COMPILED
+    assert set(tensor.BATCH_CALLS) == {f for f, r in records.items() if r.compiled == "keeps"}
     assert torch.exp in tensor.BATCH_CALLS and torch.cat not in tensor.BATCH_CALLS
-    assert {torch.cat, torch.Tensor.__getitem__, torch.unbind} <= set(tensor.BATCH_RULES)
+    for f in (torch.cat, torch.Tensor.__getitem__, torch.unbind):
+        assert records[f].runs is not None
+    assert records[torch.cat].does == "join" and records[torch.unbind].does == "apart"
     # torch.stack of samples: a handler of the class's table; collation: default_collate's
     collate_map = torch.utils.data._utils.collate.default_collate_fn_map
     assert torch.stack in tensor.MetadataTensor._handlers

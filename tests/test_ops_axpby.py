@@ -1,7 +1,10 @@
 """tensortools.ops.axpby against alpha * x + beta * y."""
 
+from functools import partial
+
 import pytest
 import torch
+from _support.op_records import AutocastUnit, CompileCall, ErrorCall, Transform
 from _support.op_samples import D, OperatorTests, T, make, requiring_grad
 
 from tensortools import LoggingTensor, MetadataTensor, ScalarTensor, capture_logs, ops, reference
@@ -115,11 +118,58 @@ def _axpby_samples(layout, dtype, device):
 SAMPLE_BUILDERS = {"axpby": _axpby_samples}
 
 
+def _metadata(*shape, k=1):
+    return MetadataTensor(torch.randn(shape, dtype=D), metadata={"k": k})
+
+
 class TestSamples(OperatorTests):
-    """axpby's samples against reference.axpby, its gradients, opcheck and meta kernel."""
+    """axpby's samples against reference.axpby, its gradients, opcheck and meta kernel;
+    its cases of the sweeps over every operator (_support/op_records.py)."""
 
     builders = SAMPLE_BUILDERS
     references = {"axpby": reference.axpby}
+    error_calls = {
+        "axpby": ErrorCall(
+            partial(ops.axpby, alpha=2.0, beta=-0.5),
+            lambda: dict(x=make((3, 4)), y=make((3, 4))),
+            partial(reference.axpby, alpha=2.0, beta=-0.5),
+            # a 0-d tensor broadcasts
+            {"x": frozenset({"0-d"}), "y": frozenset({"0-d"})},
+        )
+    }
+    raw_accepts = {"axpby": {"x": frozenset({"0-d"}), "y": frozenset({"0-d"})}}  # broadcasting
+    autocast = {
+        "axpby": AutocastUnit(
+            lambda x, y: ops.axpby(x, y, 2.0, -0.5),
+            lambda x, y: reference.axpby(x, y, 2.0, -0.5),
+            lambda device: [
+                torch.randn(4, 5, device=device).requires_grad_(),
+                torch.randn(5, device=device).requires_grad_(),
+            ],
+        )
+    }
+    compile_calls = {
+        "axpby": CompileCall(
+            lambda a, b: ops.axpby(a, b, 2.0, 3.0),
+            lambda: (_metadata(4, 3), torch.ones(4, 3, dtype=D)),
+        )
+    }
+    transforms = {
+        "axpby": Transform(
+            lambda x, y: ops.axpby(x, y, 2.0, -3.0),
+            lambda x, y: reference.axpby(x, y, 2.0, -3.0),
+            [(3, 4), (4,)],
+            (0, None),
+            "axpby",
+        ),
+        "axpby_both": Transform(
+            lambda x, y: ops.axpby(x, y, 0.5, 1.5),
+            lambda x, y: reference.axpby(x, y, 0.5, 1.5),
+            [(4,), (3, 1)],
+            (0, 1),
+            "axpby",
+        ),
+    }
 
 
 sample_inputs = TestSamples.sample_inputs

@@ -1,7 +1,10 @@
 """tensortools.ops.fused_conv_bn2d and nn.FusedConvBN2d against Conv2d + BatchNorm2d."""
 
+from functools import partial
+
 import pytest
 import torch
+from _support.op_records import AutocastUnit, CompileCall, ErrorCall, Transform
 from _support.op_samples import (
     FLOATING,
     HALF_TOLERANCE,
@@ -611,9 +614,71 @@ SAMPLE_BUILDERS = {
 }
 
 
+# --- its cases of the sweeps over every operator (_support/op_records.py) ---
+
+
+def _conv_bn_args():
+    return dict(
+        input=make((2, 3, 5, 5)),
+        weight=make((4, 3, 3, 3)),
+        running_mean=make((4,)),
+        running_var=make((4,)).abs() + 0.5,
+        gamma=make((4,)),
+        beta=make((4,)),
+    )
+
+
+def autocast_modules(device, training, **bn):
+    """(FusedConvBN2d, Sequential(Conv2d, BatchNorm2d(**bn))) of the same parameters and
+    running statistics (away from the defaults) in float32, in training or eval mode."""
+    pair = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 5, 3, stride=1, padding=1, bias=False),
+        torch.nn.BatchNorm2d(5, **bn),
+    ).to(device)
+    with torch.no_grad():  # running statistics and affine parameters away from the defaults
+        if pair[1].affine:
+            pair[1].weight.uniform_(0.5, 1.5)
+            pair[1].bias.uniform_(-0.5, 0.5)
+        if pair[1].track_running_stats:
+            pair[1].running_mean.uniform_(-0.2, 0.2)
+            pair[1].running_var.uniform_(0.5, 1.5)
+    fused = nn.FusedConvBN2d.from_modules(pair[0], pair[1])
+    return fused.train(training), pair.train(training)
+
+
+def _image(device):
+    return [torch.randn(4, 3, 6, 6, device=device).requires_grad_()]
+
+
+_KERNEL = torch.randn(4, 3, 3, 3, dtype=D)
+_RM, _RV = torch.rand(2, dtype=D), torch.rand(2, dtype=D) + 0.5
+
+
+def _conv_bn_train(op):
+    return lambda x, w, g, b: op(x, w, None, None, g, b, padding=1)
+
+
+def _conv_bn_eval(op):
+    return lambda x, w, g, b: op(x, w, _RM, _RV, g, b, padding=1, training=False)
+
+
+def _batch_norm_by_hand(x, w, g, b):
+    # torch's batch_norm differentiates its own tangent wrongly in training (reverse over
+    # forward mode treats the batch statistics as constants: checked against finite
+    # differences), so the conv-bn's second derivatives are held to the maths written out.
+    z = torch.nn.functional.conv2d(x, w, None, 1, 1)
+    var, mean = torch.var_mean(z, (0, 2, 3), correction=0, keepdim=True)
+    return (z - mean) * torch.rsqrt(var + 1e-5) * g.view(1, -1, 1, 1) + b.view(1, -1, 1, 1)
+
+
+#: over a second each in tests/test_ops_func.py (jacobians of jacobians, gradcheck)
+_SLOW_TRANSFORMS = frozenset({"second_order", "gradcheck"})
+_TRANSFORM_SHAPES = [(2, 1, 3, 3), (2, 1, 2, 2), (2,), (2,)]
+
+
 class TestSamples(OperatorTests):
     """The conv-bn operators against batch_norm(conv2d(...)) in plain PyTorch, gradients,
-    opcheck and meta kernels."""
+    opcheck and meta kernels; fused_conv_bn2d's cases of the sweeps over every operator."""
 
     builders = SAMPLE_BUILDERS
     references = {
@@ -631,6 +696,54 @@ class TestSamples(OperatorTests):
     no_derivative = {
         "conv_bn2d_backward": r"tensortools\.ops\.fused_conv_bn2d does not support double backward",
         "conv_bn2d_update_stats": r"conv_bn2d_update_stats updates the running statistics in place",
+    }
+    error_calls = {
+        f"fused_conv_bn2d({mode})": ErrorCall(
+            partial(ops.fused_conv_bn2d, training=training, padding=1),
+            _conv_bn_args,
+            partial(reference.fused_conv_bn2d, training=training, padding=1),
+        )
+        for mode, training in (("training", True), ("eval", False))
+    }
+    autocast = {
+        f"FusedConvBN2d{name}": AutocastUnit(
+            lambda m, x: m(x),
+            lambda m, x: m(x),
+            _image,
+            lambda device, training, bn=bn: autocast_modules(device, training, **bn),
+            operator="fused_conv_bn2d",
+        )
+        for name, bn in {
+            "": {},
+            "(affine=False)": {"affine": False},
+            "(track_running_stats=False)": {"track_running_stats": False},
+        }.items()
+    }
+    compile_calls = {
+        "fused_conv_bn2d": CompileCall(
+            lambda x: ops.fused_conv_bn2d(x, _KERNEL, padding=1),
+            lambda: (MetadataTensor(torch.randn(2, 3, 5, 5, dtype=D), metadata={"k": 3}),),
+        )
+    }
+    transforms = {
+        "conv_bn2d_train": Transform(
+            _conv_bn_train(ops.fused_conv_bn2d),
+            _conv_bn_train(reference.fused_conv_bn2d),
+            _TRANSFORM_SHAPES,
+            (0, None, None, None),
+            "fused_conv_bn2d",
+            no_double_backward=True,
+            second_order_reference=_batch_norm_by_hand,
+            slow=_SLOW_TRANSFORMS,
+        ),
+        "conv_bn2d_eval": Transform(
+            _conv_bn_eval(ops.fused_conv_bn2d),
+            _conv_bn_eval(reference.fused_conv_bn2d),
+            _TRANSFORM_SHAPES,
+            (0, None, None, None),
+            "fused_conv_bn2d",
+            slow=_SLOW_TRANSFORMS,
+        ),
     }
 
 

@@ -4,23 +4,24 @@ device. Each call is either refused with the error of its class (TypeError for t
 kind, ValueError for a wrong shape or device) naming the argument, or, where the operator
 takes such an argument (a sparse adj, a 0-d value, a dtype that value converts from), it
 gives the plain-PyTorch maths's value. Both the public entry points (tensortools.ops) and
-the raw operators (torch.ops.tensortools, the C++ checks alone) are swept."""
+the raw operators (torch.ops.tensortools, the C++ checks alone) are swept. The calls and
+what each takes as valid come from every operator's record (``error_calls`` and
+``raw_accepts`` of ``TestSamples`` in tests/test_ops_<op>.py; _support/op_records.py)."""
 
 from __future__ import annotations
 
 import copy
-import importlib
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 import torch
-from _support.op_samples import D, T
+from _support.op_records import cases, public_operator, records
+from _support.op_samples import D, OperatorTests, T
 from conftest import cuda_usable
 
-from tensortools import ops, reference
+from tensortools import ops
 
 
 def _r(*shape):
@@ -52,91 +53,8 @@ if cuda_usable():
     VARIANTS["cuda"] = Variant(ValueError, lambda t: t.cuda())
 
 
-class Call(NamedTuple):
-    """A public entry point, its valid float64 CPU arguments (made anew for each call),
-    the plain-PyTorch maths, and the hostile variants of each argument it takes."""
-
-    fn: Callable
-    make: Callable
-    reference: Callable
-    accepts: dict[str, frozenset[str]] = {}
-
-
-def _lltm_args():
-    return dict(input=_r(2, 3), weights=_r(12, 7), bias=_r(12), old_h=_r(2, 4), old_cell=_r(2, 4))
-
-
-def _sequence_args():
-    return dict(input=_r(3, 2, 3), weights=_r(12, 7), bias=_r(12), h0=_r(2, 4), c0=_r(2, 4))
-
-
-def _conv_bn_args():
-    return dict(
-        input=_r(2, 3, 5, 5),
-        weight=_r(4, 3, 3, 3),
-        running_mean=_r(4),
-        running_var=_r(4).abs() + 0.5,
-        gamma=_r(4),
-        beta=_r(4),
-    )
-
-
-def _graph_conv_reference(adj, x, weight, bias):
-    return reference.graph_conv(adj.to_dense() if adj.is_sparse else adj, x, weight, bias)
-
-
-def _as_input_dtype(value, input):
-    """value as add_diagonal and scale read it: converted to input's dtype."""
-    return value.to(input.dtype)
-
-
-def _eye_like(input):
-    return torch.eye(input.shape[-1], dtype=input.dtype, device=input.device)
-
-
-_VALUE_KINDS = frozenset({"int64", "bool", "float16", "float32"})
-
-CALLS = {
-    "lltm": Call(ops.lltm, _lltm_args, reference.lltm),
-    "lltm_sequence": Call(ops.lltm_sequence, _sequence_args, reference.lltm_sequence),
-    "fused_conv_bn2d(training)": Call(
-        partial(ops.fused_conv_bn2d, training=True, padding=1),
-        _conv_bn_args,
-        partial(reference.fused_conv_bn2d, training=True, padding=1),
-    ),
-    "fused_conv_bn2d(eval)": Call(
-        partial(ops.fused_conv_bn2d, training=False, padding=1),
-        _conv_bn_args,
-        partial(reference.fused_conv_bn2d, training=False, padding=1),
-    ),
-    "axpby": Call(
-        partial(ops.axpby, alpha=2.0, beta=-0.5),
-        lambda: dict(x=_r(3, 4), y=_r(3, 4)),
-        partial(reference.axpby, alpha=2.0, beta=-0.5),
-        # a 0-d tensor broadcasts
-        {"x": frozenset({"0-d"}), "y": frozenset({"0-d"})},
-    ),
-    "graph_conv": Call(
-        ops.graph_conv,
-        lambda: dict(adj=_r(5, 5), x=_r(5, 3), weight=_r(3, 2), bias=_r(2)),
-        _graph_conv_reference,
-        {"adj": frozenset({"coo", "csr"})},
-    ),
-    "scale": Call(
-        ops.scale,
-        lambda: dict(input=_r(2, 3, 3), value=torch.tensor(1.5, dtype=D)),
-        lambda input, value: input * _as_input_dtype(value, input),
-        # every real dtype and shape; the value converts to input's dtype
-        # a CPU 0-d value is a number: it goes with an input on any device
-        {"input": frozenset({"meta", "0-d", "int64", "float16", "float32"}), "value": _VALUE_KINDS},
-    ),
-    "add_diagonal": Call(
-        ops.add_diagonal,
-        lambda: dict(input=_r(2, 3, 3), value=torch.tensor(1.5, dtype=D)),
-        lambda input, value: input + _as_input_dtype(value, input) * _eye_like(input),
-        {"input": frozenset({"meta", "int64", "float16", "float32"}), "value": _VALUE_KINDS},
-    ),
-}
+#: Every operator's public entry points (the ``error_calls`` of its record).
+CALLS = cases("error_calls")
 
 
 def _public_cases():
@@ -197,18 +115,12 @@ def test_every_argument_on_meta_gives_the_shapes_of_the_maths(call):
 #: Variants the raw operators' C++ checks see (a sparse or list argument never reaches
 #: them: the dispatcher refuses a layout with no kernel, pybind11 a list).
 RAW_VARIANTS = ("meta", "0-d", "int64", "bool", "complex64", "float16", "float32")
-#: Raw operator -> the arguments and variants it takes as valid.
-RAW_ACCEPTS = {
-    "axpby": {"x": {"0-d"}, "y": {"0-d"}},  # broadcasting
-    "scale": {"input": {"0-d"}},  # any shape
-    "scale_finite": {"input": {"0-d"}},
-}
-MODULES = ("axpby", "conv_bn2d", "graph_conv", "lltm", "lltm_sequence", "scalar_ops")
+#: Raw operator -> the arguments and variants it takes as valid (each record's ``raw_accepts``).
+RAW_ACCEPTS = cases("raw_accepts")
 
 
 def _raw_samples():
-    for module in MODULES:
-        tests = importlib.import_module(f"test_ops_{module}").TestSamples
+    for tests in records().values():
         samples = list(tests.sample_inputs("cpu", ["contiguous"], [D]))
         for name in sorted(tests.builders):
             sample = next(s for s in samples if s.op == name)
@@ -317,27 +229,31 @@ def test_an_error_inside_a_types_wrap_says_so_and_chains_it():
         assert str(info.value.__cause__) == "the type's own failure"
 
 
-def test_every_operator_and_operator_test_file_is_listed_here():
-    # a new operator joins CALLS and MODULES (docs/adding-an-operator.md, Tests)
-    assert {name.split("(")[0] for name in CALLS} == set(ops.__all__)
+def test_every_operator_has_error_calls_and_every_test_file_a_record():
+    # a new operator's record gives its error_calls (docs/adding-an-operator.md, Tests)
+    assert {public_operator(name) for name in CALLS} == set(ops.__all__)
     here = Path(__file__).parent
     with_samples = {
         p.stem.removeprefix("test_ops_")
         for p in here.glob("test_ops_*.py")
         if p.name != Path(__file__).name and "class TestSamples(" in p.read_text()
     }
-    assert set(MODULES) == with_samples
+    assert set(records()) == with_samples
+    assert all(issubclass(r, OperatorTests) for r in records().values())
 
 
-def test_an_operator_called_while_another_thread_imports_dtensor(monkeypatch):
+@pytest.mark.parametrize("call", sorted(CALLS))
+def test_an_operator_called_while_another_thread_imports_dtensor(monkeypatch, call):
     """The DTensor check reads torch.distributed.tensor only where it is imported; while
     another thread imports it, the module is listed without DTensor yet. The call is then
     an ordinary one (it raised AttributeError from eight threads)."""
     import sys
     import types
 
-    x, y = torch.randn(3, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+    c = CALLS[call]
+    args = c.make()
+    want_args = {k: _copy(a) for k, a in args.items()}
     with monkeypatch.context() as patch:
         patch.setitem(sys.modules, "torch.distributed.tensor", types.ModuleType("partial"))
-        got = ops.axpby(x, y, 2.0, 3.0)
-    torch.testing.assert_close(got, reference.axpby(x, y, 2.0, 3.0))
+        got = c.fn(**args)
+    _assert_same(got, c.reference(**want_args))

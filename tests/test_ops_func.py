@@ -2,118 +2,31 @@
 equals the same transform of its plain-PyTorch reference (tensortools.reference), in
 float64; gradcheck in forward mode and batched; per-sample gradients of the modules equal
 a loop over samples; and what is not provided (second derivatives through the LLTM and
-conv-bn backward kernels) says so, naming the operator."""
+conv-bn backward kernels) says so, naming the operator. The cases are the ``transforms``
+of every operator's record (``TestSamples`` of tests/test_ops_<op>.py,
+_support/op_records.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from _support.op_records import cases
 from torch import func
 from torch.autograd import forward_ad
 
-from tensortools import nn, ops, reference
+from tensortools import nn, ops
 from tensortools.ops import _autograd
 
 D = torch.float64
-B, F, S, T = 3, 4, 2, 3
+F, S, T = 4, 2, 3  # features, state, steps of the per-sample gradients
 
 
 def _r(*shape):
     return torch.randn(*shape, dtype=D)
 
 
-def _eye_plus(x, v):
-    return x + v * torch.eye(x.shape[-1], dtype=x.dtype)
-
-
-_RM, _RV = torch.rand(2, dtype=D), torch.rand(2, dtype=D) + 0.5
-
-
-def _conv_bn_train(op):
-    return lambda x, w, g, b: op(x, w, None, None, g, b, padding=1)
-
-
-def _conv_bn_eval(op):
-    return lambda x, w, g, b: op(x, w, _RM, _RV, g, b, padding=1, training=False)
-
-
-# name: (operator, reference, argument shapes, vmap in_dims (which arguments vary per sample))
-CASES = {
-    "axpby": (
-        lambda x, y: ops.axpby(x, y, 2.0, -3.0),
-        lambda x, y: reference.axpby(x, y, 2.0, -3.0),
-        [(3, 4), (4,)],
-        (0, None),
-    ),
-    "axpby_both": (
-        lambda x, y: ops.axpby(x, y, 0.5, 1.5),
-        lambda x, y: reference.axpby(x, y, 0.5, 1.5),
-        [(4,), (3, 1)],
-        (0, 1),
-    ),
-    "scale": (ops.scale, lambda x, v: v * x, [(3, 4), ()], (0, None)),
-    "scale_value": (ops.scale, lambda x, v: v * x, [(3, 4), ()], (None, 0)),
-    # (the product ScalarTensor's multiplications run; all_finite has no derivative)
-    "scale_finite": (
-        lambda x, v: torch.ops.tensortools.scale_finite(x, v)[0],
-        lambda x, v: v * x,
-        [(3, 4), ()],
-        (0, None),
-    ),
-    "add_diagonal": (ops.add_diagonal, _eye_plus, [(3, 3), ()], (0, None)),
-    "add_diagonal_value": (ops.add_diagonal, _eye_plus, [(2, 3, 3), ()], (1, 0)),
-    "lltm": (
-        ops.lltm,
-        reference.lltm,
-        [(B, F), (3 * S, S + F), (3 * S,), (B, S), (B, S)],
-        (0, None, None, 0, 0),
-    ),
-    "lltm_weights": (
-        ops.lltm,
-        reference.lltm,
-        [(B, F), (3 * S, S + F), (3 * S,), (B, S), (B, S)],
-        (None, 0, None, 0, None),
-    ),
-    "lltm_sequence": (
-        ops.lltm_sequence,
-        reference.lltm_sequence,
-        [(T, B, F), (3 * S, S + F), (3 * S,), (B, S), (B, S)],
-        (1, None, None, 0, None),
-    ),
-    "lltm_sequence_bias": (
-        ops.lltm_sequence,
-        reference.lltm_sequence,
-        [(T, B, F), (3 * S, S + F), (3 * S,), (B, S), (B, S)],
-        (None, None, 0, None, None),
-    ),
-    "graph_conv": (
-        ops.graph_conv,
-        reference.graph_conv,
-        [(4, 4), (4, 3), (3, 2), (2,)],
-        (None, 0, None, None),
-    ),
-    "conv_bn2d_train": (
-        _conv_bn_train(ops.fused_conv_bn2d),
-        _conv_bn_train(reference.fused_conv_bn2d),
-        [(2, 1, 3, 3), (2, 1, 2, 2), (2,), (2,)],
-        (0, None, None, None),
-    ),
-    "conv_bn2d_eval": (
-        _conv_bn_eval(ops.fused_conv_bn2d),
-        _conv_bn_eval(reference.fused_conv_bn2d),
-        [(2, 1, 3, 3), (2, 1, 2, 2), (2,), (2,)],
-        (0, None, None, None),
-    ),
-}
-
-# Operators whose backward is a kernel without a derivative of its own.
-NO_SECOND_ORDER = {
-    "lltm": "lltm",
-    "lltm_weights": "lltm",
-    "lltm_sequence": "lltm_sequence",
-    "lltm_sequence_bias": "lltm_sequence",
-    "conv_bn2d_train": "fused_conv_bn2d",
-}
+#: name -> Transform: the ``transforms`` of every operator's record (tests/test_ops_<op>.py).
+CASES = cases("transforms")
 
 
 def _leaves(out):
@@ -121,7 +34,7 @@ def _leaves(out):
 
 
 def _case(name):
-    op, ref, shapes, in_dims = CASES[name]
+    op, ref, shapes, in_dims = CASES[name][:4]
     gen = torch.Generator().manual_seed(sum(map(ord, name)))
 
     def make(shape):
@@ -208,28 +121,24 @@ def test_forward_ad(name):
         torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-9)
 
 
-def _batch_norm_by_hand(x, w, g, b):
-    # torch's batch_norm differentiates its own tangent wrongly in training (reverse over
-    # forward mode treats the batch statistics as constants: checked against finite
-    # differences), so the conv-bn's second derivatives are held to the maths written out.
-    z = torch.nn.functional.conv2d(x, w, None, 1, 1)
-    var, mean = torch.var_mean(z, (0, 2, 3), correction=0, keepdim=True)
-    return (z - mean) * torch.rsqrt(var + 1e-5) * g.view(1, -1, 1, 1) + b.view(1, -1, 1, 1)
+def _marked(test):
+    """The cases' names, those whose record says `test` takes over a second for them in
+    the slow set."""
+    return [
+        pytest.param(n, marks=pytest.mark.slow) if test in CASES[n].slow else n
+        for n in sorted(CASES)
+    ]
 
 
-def _marked(names, slow):
-    return [pytest.param(n, marks=pytest.mark.slow) if n in slow else n for n in sorted(names)]
+def test_every_operator_has_transform_cases():
+    # a new operator's record gives its transforms (docs/adding-an-operator.md, step 4)
+    assert set(ops.__all__) <= {case.operator for case in CASES.values()}
 
 
-# Over a second each (jacobians of jacobians): in the slow set.
-SLOW_SECOND_ORDER = {"conv_bn2d_train", "conv_bn2d_eval", "lltm_sequence_bias"}
-
-
-@pytest.mark.parametrize("name", _marked(CASES, SLOW_SECOND_ORDER))
+@pytest.mark.parametrize("name", _marked("second_order"))
 def test_second_order(name):
     op, ref, args, cotangents, *_ = _case(name)
-    if name == "conv_bn2d_train":
-        ref = _batch_norm_by_hand
+    ref = CASES[name].second_order_reference or ref
     argnums = tuple(range(len(args)))
     loss, ref_loss = _loss(op, cotangents), _loss(ref, cotangents)
     # Reverse over forward mode differentiates the tangent formulas: every operator.
@@ -237,7 +146,7 @@ def test_second_order(name):
         _leaves(func.jacrev(func.jacfwd(loss, argnums=argnums), argnums=argnums)(*args)),
         _leaves(func.jacrev(func.jacfwd(ref_loss, argnums=argnums), argnums=argnums)(*args)),
     )
-    refused = NO_SECOND_ORDER.get(name)
+    refused = CASES[name].operator if CASES[name].no_double_backward else None
     if refused is not None:
         match = f"tensortools.ops.{refused} does not support double backward"
         with pytest.raises(RuntimeError, match=match):
@@ -257,7 +166,7 @@ def test_second_order(name):
     )
 
 
-@pytest.mark.parametrize("name", _marked(CASES, {"conv_bn2d_train", "conv_bn2d_eval"}))
+@pytest.mark.parametrize("name", _marked("gradcheck"))
 def test_gradcheck_forward_and_batched(name):
     op, _, args, *_ = _case(name)
     args = tuple(a.requires_grad_() for a in args)

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from _support.op_records import AutocastUnit, CompileCall, ErrorCall, Transform
 from _support.op_samples import D, OperatorTests, make, requiring_grad
 
 from tensortools import MetadataTensor, nn, ops, reference
@@ -131,11 +132,73 @@ def _graph_conv_samples(layout, dtype, device):
 SAMPLE_BUILDERS = {"graph_conv": _graph_conv_samples}
 
 
+def _dense_adj(adj):
+    return adj.to_dense() if adj.layout != torch.strided else adj
+
+
+def _with_dense_adj(adj, x, weight, bias):
+    return reference.graph_conv(_dense_adj(adj), x, weight, bias)
+
+
+def autocast_graph(device, f_in, f_out, layout):
+    """[adj (dense, "coo" or "csr"), x, weight, bias] in float32, all but adj requiring grad."""
+    adj = (torch.rand(7, 7, device=device) < 0.4) * torch.rand(7, 7, device=device)
+    adj = adj.to_sparse() if layout == "coo" else adj.to_sparse_csr() if layout == "csr" else adj
+    x = torch.randn(7, f_in, device=device).requires_grad_()
+    w = torch.randn(f_in, f_out, device=device).requires_grad_()
+    b = torch.randn(f_out, device=device).requires_grad_()
+    return [adj, x, w, b]
+
+
+def _square_metadata():
+    return MetadataTensor(torch.randn(3, 3, dtype=D), metadata={"k": 4})
+
+
 class TestSamples(OperatorTests):
-    """graph_conv's samples against reference.graph_conv, gradients, opcheck, meta kernel."""
+    """graph_conv's samples against reference.graph_conv, gradients, opcheck, meta kernel;
+    its cases of the sweeps over every operator (_support/op_records.py)."""
 
     builders = SAMPLE_BUILDERS
     references = {"graph_conv": reference.graph_conv}
+    error_calls = {
+        "graph_conv": ErrorCall(
+            ops.graph_conv,
+            lambda: dict(adj=make((5, 5)), x=make((5, 3)), weight=make((3, 2)), bias=make((2,))),
+            _with_dense_adj,
+            {"adj": frozenset({"coo", "csr"})},
+        )
+    }
+    autocast = {
+        f"graph_conv({layout}, {f_in}->{f_out}{', bias' if bias else ''})": AutocastUnit(
+            (lambda a, x, w, b: ops.graph_conv(a, x, w, b))
+            if bias
+            else (lambda a, x, w, b: ops.graph_conv(a, x, w)),
+            (lambda a, x, w, b: _with_dense_adj(a, x, w, b))
+            if bias
+            else (lambda a, x, w, b: _with_dense_adj(a, x, w, None)),
+            lambda device, f_in=f_in, f_out=f_out, layout=layout: autocast_graph(
+                device, f_in, f_out, layout
+            ),
+        )
+        for layout in ("dense", "coo", "csr")
+        for f_in, f_out in ((3, 6), (6, 3))  # both orders of the products
+        for bias in (True, False)
+    }
+    compile_calls = {
+        "graph_conv": CompileCall(
+            lambda a, x: ops.graph_conv(a, x, torch.ones(3, 2, dtype=x.dtype)),
+            lambda: (_square_metadata(), torch.randn(3, 3, dtype=D)),
+        )
+    }
+    transforms = {
+        "graph_conv": Transform(
+            ops.graph_conv,
+            reference.graph_conv,
+            [(4, 4), (4, 3), (3, 2), (2,)],
+            (None, 0, None, None),
+            "graph_conv",
+        )
+    }
 
 
 sample_inputs = TestSamples.sample_inputs

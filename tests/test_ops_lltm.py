@@ -11,6 +11,7 @@ from _support.lltm_cases import (
     random_grads,
     run,
 )
+from _support.op_records import CompileCall, ErrorCall, Transform
 from _support.op_samples import (
     FLOATING,
     HALF_TOLERANCE,
@@ -27,7 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tensortools
-from tensortools import ops, reference
+from tensortools import MetadataTensor, ops, reference
 
 # (batch, features, state): tiny odd sizes, batch 1, batch 16 of 32 features into a state
 # of 128, and a state size above 1024 that is not a power of two.
@@ -493,9 +494,16 @@ def _lltm_backward_reference(grad_h, grad_cell, new_cell, gates, X, weights):
 SAMPLE_BUILDERS = {"lltm_forward": _lltm_forward_samples, "lltm_backward": _lltm_backward_samples}
 
 
+# --- its cases of the sweeps over every operator (_support/op_records.py) ---
+
+_W, _H = torch.randn(9, 6, dtype=D), torch.zeros(4, 3, dtype=D)
+#: batch 3, features 4, state 2: input, weights, bias, old_h, old_cell
+_TRANSFORM_SHAPES = [(3, 4), (6, 6), (6,), (3, 2), (3, 2)]
+
+
 class TestSamples(OperatorTests):
     """The LLTM cell's operators against their plain-PyTorch maths, gradients, opcheck and
-    meta kernels."""
+    meta kernels; lltm's cases of the sweeps over every operator."""
 
     builders = SAMPLE_BUILDERS
     references = {
@@ -505,6 +513,44 @@ class TestSamples(OperatorTests):
     # The LLTM's kernels take the half types on the CPU too (computing in float32).
     dtypes = dict.fromkeys(references, dict.fromkeys(("cpu", "cuda"), FLOATING["cuda"]))
     no_derivative = {"lltm_backward": r"tensortools\.ops\.lltm does not support double backward"}
+    error_calls = {
+        "lltm": ErrorCall(
+            ops.lltm,
+            lambda: dict(
+                input=make((2, 3)),
+                weights=make((12, 7)),
+                bias=make((12,)),
+                old_h=make((2, 4)),
+                old_cell=make((2, 4)),
+            ),
+            reference.lltm,
+        )
+    }
+    autocast_elsewhere = {"lltm": ("test_lltm_autocast.py", "nn.LLTM(")}
+    compile_calls = {
+        "lltm": CompileCall(
+            lambda x: ops.lltm(x, _W, torch.zeros(9, dtype=_W.dtype), _H, _H),
+            lambda: (MetadataTensor(torch.randn(4, 3, dtype=D), metadata={"k": 1}),),
+        )
+    }
+    transforms = {
+        "lltm": Transform(
+            ops.lltm,
+            reference.lltm,
+            _TRANSFORM_SHAPES,
+            (0, None, None, 0, 0),
+            "lltm",
+            no_double_backward=True,
+        ),
+        "lltm_weights": Transform(
+            ops.lltm,
+            reference.lltm,
+            _TRANSFORM_SHAPES,
+            (None, 0, None, 0, None),
+            "lltm",
+            no_double_backward=True,
+        ),
+    }
 
 
 sample_inputs = TestSamples.sample_inputs

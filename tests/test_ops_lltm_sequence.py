@@ -17,6 +17,7 @@ from _support.lltm_cases import (
     run_sequence,
     sequence_grads,
 )
+from _support.op_records import CompileCall, ErrorCall, Transform
 from _support.op_samples import (
     FLOATING,
     HALF_TOLERANCE,
@@ -640,9 +641,16 @@ SAMPLE_BUILDERS = {
 }
 
 
+# --- its cases of the sweeps over every operator (_support/op_records.py) ---
+
+_W, _H = torch.randn(9, 6, dtype=D), torch.zeros(4, 3, dtype=D)
+#: steps 3, batch 3, features 4, state 2: input, weights, bias, h0, c0
+_TRANSFORM_SHAPES = [(3, 3, 4), (6, 6), (6,), (3, 2), (3, 2)]
+
+
 class TestSamples(OperatorTests):
     """The LLTM sequence operators against the cell's maths step by step, gradients,
-    opcheck and meta kernels."""
+    opcheck and meta kernels; lltm_sequence's cases of the sweeps over every operator."""
 
     builders = SAMPLE_BUILDERS
     references = {
@@ -659,6 +667,45 @@ class TestSamples(OperatorTests):
         ),
         # torch's own refusals, for an operator without an autograd formula
         "lltm_sequence_inference": "tensortools::lltm_sequence_inference",
+    }
+    error_calls = {
+        "lltm_sequence": ErrorCall(
+            ops.lltm_sequence,
+            lambda: dict(
+                input=make((3, 2, 3)),
+                weights=make((12, 7)),
+                bias=make((12,)),
+                h0=make((2, 4)),
+                c0=make((2, 4)),
+            ),
+            reference.lltm_sequence,
+        )
+    }
+    autocast_elsewhere = {"lltm_sequence": ("test_lltm_autocast.py", "nn.LLTMSequence(")}
+    compile_calls = {
+        "lltm_sequence": CompileCall(
+            lambda x: ops.lltm_sequence(x, _W, torch.zeros(9, dtype=_W.dtype), _H, _H),
+            lambda: (MetadataTensor(torch.randn(5, 4, 3, dtype=D), metadata={"k": 2}),),
+        )
+    }
+    transforms = {
+        "lltm_sequence": Transform(
+            ops.lltm_sequence,
+            reference.lltm_sequence,
+            _TRANSFORM_SHAPES,
+            (1, None, None, 0, None),
+            "lltm_sequence",
+            no_double_backward=True,
+        ),
+        "lltm_sequence_bias": Transform(
+            ops.lltm_sequence,
+            reference.lltm_sequence,
+            _TRANSFORM_SHAPES,
+            (None, None, 0, None, None),
+            "lltm_sequence",
+            no_double_backward=True,
+            slow=frozenset({"second_order"}),  # over a second (jacobians of jacobians)
+        ),
     }
 
 

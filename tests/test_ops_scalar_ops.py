@@ -4,9 +4,10 @@ devices, their gradients, opcheck, torch.compile and bad input."""
 
 import pytest
 import torch
-from _support.op_samples import D, OperatorTests, make, requiring_grad
+from _support.op_records import AutocastUnit, CompileCall, ErrorCall, Transform
+from _support.op_samples import D, OperatorTests, T, make, requiring_grad
 
-from tensortools import ScalarTensor, ops
+from tensortools import MetadataTensor, ScalarTensor, ops
 from tensortools.types.scalar.common import scale_finite
 
 
@@ -139,8 +140,32 @@ DTYPES = dict.fromkeys(
 )
 
 
+#: the dtypes a 0-d value converts from to input's
+_VALUE_KINDS = frozenset({"int64", "bool", "float16", "float32"})
+
+
+def _autocast_leaves(device):
+    return [
+        torch.randn(2, 4, 4, device=device).requires_grad_(),
+        torch.tensor(1.5, device=device).requires_grad_(),
+    ]
+
+
+def _metadata(t, k):
+    return MetadataTensor(t, metadata={"k": k})
+
+
+def _times(x, v):
+    return v * x
+
+
+def _eye_plus(x, v):
+    return x + v * torch.eye(x.shape[-1], dtype=x.dtype)
+
+
 class TestSamples(OperatorTests):
-    """The scalar kernels' samples against their maths, gradients, opcheck, meta kernels."""
+    """The scalar kernels' samples against their maths, gradients, opcheck, meta kernels;
+    their cases of the sweeps over every operator."""
 
     builders = SAMPLE_BUILDERS
     references = {
@@ -150,6 +175,59 @@ class TestSamples(OperatorTests):
     }
     dtypes = dict.fromkeys(SAMPLE_BUILDERS, DTYPES)
     numbers = dict.fromkeys(SAMPLE_BUILDERS, (1,))
+
+    # --- its cases of the sweeps over every operator (_support/op_records.py) ---
+    error_calls = {
+        "scale": ErrorCall(
+            ops.scale,
+            lambda: dict(input=make((2, 3, 3)), value=torch.tensor(1.5, dtype=D)),
+            lambda input, value: input * value.to(input.dtype),
+            # every real dtype and shape; the value converts to input's dtype
+            # a CPU 0-d value is a number: it goes with an input on any device
+            {
+                "input": frozenset({"meta", "0-d", "int64", "float16", "float32"}),
+                "value": _VALUE_KINDS,
+            },
+        ),
+        "add_diagonal": ErrorCall(
+            ops.add_diagonal,
+            lambda: dict(input=make((2, 3, 3)), value=torch.tensor(1.5, dtype=D)),
+            lambda input, value: _add_diagonal_reference(input, value.to(input.dtype)),
+            {"input": frozenset({"meta", "int64", "float16", "float32"}), "value": _VALUE_KINDS},
+        ),
+    }
+    raw_accepts = {
+        "scale": {"input": frozenset({"0-d"})},  # any shape
+        "scale_finite": {"input": frozenset({"0-d"})},
+    }
+    autocast = {
+        "scale": AutocastUnit(ops.scale, lambda t, v: v * t, _autocast_leaves),
+        "add_diagonal": AutocastUnit(
+            ops.add_diagonal, lambda t, v: t + v * torch.eye(4, device=t.device), _autocast_leaves
+        ),
+    }
+    compile_calls = {
+        "add_diagonal": CompileCall(
+            lambda a: ops.add_diagonal(a, 2.0), lambda: (_metadata(torch.randn(3, 3, dtype=D), 4),)
+        ),
+        "scale": CompileCall(
+            lambda a: ops.scale(a, 2.0), lambda: (_metadata(torch.randn(4, 3, dtype=D), 1),)
+        ),
+    }
+    transforms = {
+        "scale": Transform(ops.scale, _times, [(3, 4), ()], (0, None), "scale"),
+        "scale_value": Transform(ops.scale, _times, [(3, 4), ()], (None, 0), "scale"),
+        # (the product ScalarTensor's multiplications run; all_finite has no derivative)
+        "scale_finite": Transform(
+            lambda x, v: T.scale_finite(x, v)[0], _times, [(3, 4), ()], (0, None), "scale_finite"
+        ),
+        "add_diagonal": Transform(
+            ops.add_diagonal, _eye_plus, [(3, 3), ()], (0, None), "add_diagonal"
+        ),
+        "add_diagonal_value": Transform(
+            ops.add_diagonal, _eye_plus, [(2, 3, 3), ()], (1, 0), "add_diagonal"
+        ),
+    }
 
 
 sample_inputs = TestSamples.sample_inputs

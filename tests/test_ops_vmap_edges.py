@@ -113,7 +113,7 @@ def test_vmap_at_every_dim_equals_the_per_sample_reference(name, in_dims):
 def _empty_cases():
     """Every operator of test_ops_func (and the raw LLTM operators) with a vmapped dim of
     size 0 in each argument, the others shared."""
-    ops_by_name = {n: (op, ref, shapes) for n, (op, ref, shapes, _) in CASES.items()}
+    ops_by_name = {n: (c.fn, c.reference, c.shapes) for n, c in CASES.items()}
     ops_by_name.update(OPERATORS)
     return [
         (name, tuple(0 if j == i else None for j in range(len(shapes))))
@@ -125,8 +125,8 @@ def _empty_cases():
 def _operator(name):
     if name in OPERATORS:
         return OPERATORS[name]
-    op, ref, shapes, _ = CASES[name]
-    return op, ref, shapes
+    case = CASES[name]
+    return case.fn, case.reference, case.shapes
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""ScalarTensor's arithmetic on the compiled path (csrc/python/scalar_dispatch.cpp: the
+"""ScalarTensor's arithmetic on the compiled path (csrc/python/scalar_binary.cpp: the
 codes ADD, SUB, MUL, DIV, MATMUL) against its Python handlers (arithmetic.py), which
 define the behaviour, and against the dense call: every operator and function form of
 add, sub, mul, div and matmul, over dtypes, special values, sizes and second operands

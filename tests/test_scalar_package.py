@@ -1,11 +1,16 @@
 """The layout of tensortools.types.scalar: every module imports alone, the imports among
-its modules point one way (no cycle; the class at the bottom, no handler family under the
-shared helpers), no private name crosses a module border, and the rules the Python
-handlers share with the compiled path (csrc/python/scalar_dispatch.cpp) agree with their
-definitions in plain PyTorch."""
+its modules point one way (no cycle; the class over its fallback only, no handler family
+under the shared helpers), the class is complete when its module has run (no module adds
+to it), no private name crosses a module border, and the rules the Python handlers share
+with the compiled path (csrc/python/scalar_dispatch.cpp) agree with their definitions in
+plain PyTorch."""
 
+import ast
+import json
 import math
 import pathlib
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -29,12 +34,11 @@ FAMILIES = {
     "linalg",
     "queries",
     "operators",
-    "in_place",
 }
 
 
 def test_the_package_has_the_documented_modules():
-    assert set(MODULES) == FAMILIES | {"tensor", "common", "fast_path"}
+    assert set(MODULES) == FAMILIES | {"small", "in_place", "tensor", "common", "fast_path"}
     for module in MODULES:
         assert f"``{module}``" in scalar.__doc__, f"{module} missing from the package docstring"
 
@@ -55,12 +59,89 @@ def test_each_module_imports_alone_in_a_fresh_interpreter():
 
 def test_imports_point_one_way():
     graph = PKG.import_graph()
-    # the class imports none of its package; the shared helpers only the class; no family
-    # imports another family
-    assert graph["tensor"] == set()
-    assert graph["common"] == {"tensor"}
+    # under the class only what it is made of (its fallback, which imports no class); the
+    # shared helpers over the class; no family imports another family or the fallback
+    assert graph["small"] == set()
+    assert graph["in_place"] == {"small"}
+    assert graph["tensor"] == {"in_place", "small"}
+    assert graph["common"] == {"small", "tensor"}
     for family in FAMILIES:
-        assert not graph[family] & FAMILIES, f"{family} imports {graph[family] & FAMILIES}"
+        below = graph[family] & (FAMILIES | {"in_place"})
+        assert not below, f"{family} imports {below}"
+
+
+# Run in a fresh interpreter: ScalarTensor's __dict__ as it is when tensor.py has run (its
+# loader wrapped; the package's other modules run around it), against the whole
+# package's, as JSON: the names that changed or appeared, and whether the class's
+# fallback and Python __torch_function__ are in_place's.
+_AT_MODULE_END = """
+import importlib.abc, importlib.machinery, json, sys
+
+at_end = {}
+
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "tensortools.types.scalar.tensor":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            at_end.update(vars(module.ScalarTensor))
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, Watch())
+import tensortools
+from tensortools import ScalarTensor
+from tensortools.types.scalar import in_place
+
+after = dict(vars(ScalarTensor))
+own = {
+    "fallback": in_place.fallback,
+    "_python_torch_function": in_place.python_torch_function,
+}
+print(json.dumps({
+    "changed": sorted(k for k in after.keys() | at_end.keys() if at_end.get(k) is not after.get(k)),
+    "own": {k: getattr(at_end.get(k), "__func__", None) is f for k, f in own.items()},
+}))
+"""
+
+# what the table (TorchFunctionTable) rebuilds as handlers register: its state, not the class
+_TABLE_STATE = {"_calls", "_handlers", "_fast"}
+
+
+def test_the_class_is_complete_when_its_module_has_run():
+    run = subprocess.run(
+        [sys.executable, "-c", _AT_MODULE_END], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert seen["own"] == {"fallback": True, "_python_torch_function": True}
+    # every attribute of the class, its methods and settings: no module of the package
+    # adds or replaces one after tensor.py has run
+    assert set(seen["changed"]) <= _TABLE_STATE, seen["changed"]
+
+
+def test_no_module_assigns_onto_the_class():
+    # (the source of every module: `ScalarTensor.x = ...` or setattr(ScalarTensor, ...))
+    found = []
+    for module in MODULES:
+        tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr":
+                targets = [ast.Attribute(value=node.args[0], attr="?")]
+            found += [
+                f"{module}:{node.lineno}"
+                for t in targets
+                if isinstance(t, ast.Attribute) and getattr(t.value, "id", None) == "ScalarTensor"
+            ]
+    assert not found, found
 
 
 def test_no_private_name_crosses_a_module_border():

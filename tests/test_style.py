@@ -60,3 +60,15 @@ def test_modules_stay_under_400_lines_or_say_why():
         if text.count("\n") > MAX_LINES and "over 400 lines" not in note:
             over[str(path.relative_to(ROOT))] = text.count("\n")
     assert not over, f"modules over {MAX_LINES} lines: {over}"
+
+
+def test_cpp_and_cuda_sources_stay_under_400_lines():
+    # (the same rule for csrc/: kernels apart from their launch code, dispatch apart from
+    # the arithmetic it exports)
+    over = {
+        str(p.relative_to(ROOT)): p.read_text().count("\n")
+        for pattern in ("*.h", "*.cpp", "*.cu", "*.cuh")
+        for p in sorted((ROOT / "csrc").rglob(pattern))
+        if p.read_text().count("\n") > MAX_LINES
+    }
+    assert not over, f"C++/CUDA sources over {MAX_LINES} lines: {over}"

@@ -45,16 +45,17 @@ def labelled(cls=MetadataTensor):
     return lambda t: cls(t, {"id": int(t.flatten()[0])})
 
 
-def failures(cls, make, **options):
-    report = testing.check_type(cls, make, checks=["batches"], raise_on_failure=False, **options)
+def failures(spec, make=None, **options):
+    report = testing.check_type(spec, make, checks=["batches"], raise_on_failure=False, **options)
     return {(f.function, f.sample) for f in report.failures}, report
 
 
 def test_batches_is_run_only_when_named():
     assert "batches" in testing.CHECKS and "batches" not in testing.DEFAULT_CHECKS
     assert set(testing.CHECKS) - set(testing.DEFAULT_CHECKS) == set(testing.ON_REQUEST)
-    default = inspect.signature(testing.check_type).parameters["checks"].default
-    assert tuple(default) == testing.DEFAULT_CHECKS
+    # (checks=None: the registry's default checks, the kit's own where no user added one)
+    assert inspect.signature(testing.check_type).parameters["checks"].default is None
+    assert testing.default_checks() == testing.DEFAULT_CHECKS
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
@@ -66,7 +67,8 @@ def test_metadata_tensor_passes(dtype):
     assert report.samples == 0  # (alone, the check runs no op_db sample)
     # the state named by a function: the metadata, and that a row is not a batch
     state = lambda x: (x.metadata, x.batch_size)  # noqa: E731
-    assert testing.check_type(MetadataTensor, labelled(), checks=["batches"], sample_state=state)
+    spec = testing.TypeSpec(MetadataTensor, make=labelled(), sample_state=state)
+    assert testing.check_type(spec, checks=["batches"])
 
 
 def test_the_samples_differ_by_values():
@@ -124,7 +126,11 @@ def test_reordering_that_keeps_the_labels_is_caught():
 
 def test_cat_that_drops_the_labels_is_caught():
     found, report = failures(
-        CatKeepsFirstLabels, labelled(CatKeepsFirstLabels), safe_globals=[CatKeepsFirstLabels]
+        testing.TypeSpec(
+            CatKeepsFirstLabels,
+            make=labelled(CatKeepsFirstLabels),
+            safe_globals=[CatKeepsFirstLabels],
+        )
     )
     # every form that reaches the joined batch's rows from the second batch (rows 3-5);
     # (with a type that declines every call, the dispatch base gives that type the call
@@ -202,7 +208,9 @@ def test_a_make_that_raises_fails_make():
 @pytest.mark.parametrize("name", ["sample_state", "collate_fn"])
 def test_hooks_must_be_callable(name):
     with pytest.raises(TypeError, match=f"'{name}' must be callable"):
-        testing.check_type(MetadataTensor, labelled(), checks=["batches"], **{name: 3})
+        testing.check_type(
+            testing.TypeSpec(MetadataTensor, make=labelled(), **{name: 3}), checks=["batches"]
+        )
 
 
 # --- MONAI's MetaTensor ----------------------------------------------------------------------
@@ -246,7 +254,9 @@ def test_monai_metatensor_batches(monai):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         found, report = failures(
-            monai.data.MetaTensor, make, collate_fn=monai.data.list_data_collate
+            testing.TypeSpec(
+                monai.data.MetaTensor, make=make, collate_fn=monai.data.list_data_collate
+            )
         )
     assert found == MONAI_LOSES, report.summary()
 

@@ -19,10 +19,12 @@ from tensortools import MetadataTensor, coverage, testing
 from tensortools.types.metadata import metadata_of
 
 
-def run(cls, make, **options):
-    options.setdefault("rule", metadata_rule)
+def run(spec, make=None, **options):
+    """check_type, not raising; a class and its `make` are judged by MetadataTensor's rule."""
+    if not isinstance(spec, testing.TypeSpec):
+        spec, make = testing.TypeSpec(spec, make=make, rule=metadata_rule), None
     options.setdefault("progress", False)
-    return testing.check_type(cls, make, raise_on_failure=False, **options)
+    return testing.check_type(spec, make, raise_on_failure=False, **options)
 
 
 def found(report) -> set:
@@ -57,9 +59,9 @@ class ChunkInPython(MetadataTensor):
 
 def test_binding_compares_the_bound_method_with_itself():
     report = run(
-        ChunkInPython,
-        make_metadata(ChunkInPython),
-        rule=lambda x, result: "",
+        testing.TypeSpec(
+            ChunkInPython, make=make_metadata(ChunkInPython), rule=lambda x, result: ""
+        ),
         ops=["chunk"],
         checks=["binding"],
     )
@@ -78,12 +80,10 @@ def make_numbered(t):
 def test_compile_compares_one_instance_with_itself():
     # (the eager backend: MetadataTensor fails under aot_eager, test_testing_compile.py)
     report = run(
-        MetadataTensor,
-        make_numbered,
+        testing.TypeSpec(MetadataTensor, make=make_numbered),
         ops=["exp", "sum"],
         checks=["compile"],
-        rule=None,
-        compile_backends=["eager"],
+        options={"compile": {"backends": ["eager"]}},
     )
     assert report.passed, report.summary()
 
@@ -130,7 +130,8 @@ def test_numpy_arrays_in_metadata_are_compared_by_value():
     def make(t):
         return MetadataTensor(t, {"affine": np.eye(3), "names": np.array(["a", "b"])})
 
-    report = run(MetadataTensor, make, ops=["exp", "add", "flip"], checks=["mutation"], rule=None)
+    spec = testing.TypeSpec(MetadataTensor, make=make)
+    report = run(spec, ops=["exp", "add", "flip"], checks=["mutation"])
     assert report.passed, report.summary()
 
 
@@ -149,7 +150,8 @@ def _exp_caching(input):
 def test_a_declared_volatile_attribute_is_not_a_mutation():
     make = make_metadata(Caches)
     assert ("mutation", "exp") in found(run(Caches, make, ops=["exp"], checks=["mutation"]))
-    report = run(Caches, make, ops=["exp"], checks=["mutation"], volatile_attrs=["_cache"])
+    spec = testing.TypeSpec(Caches, make=make, rule=metadata_rule, volatile_attrs=["_cache"])
+    report = run(spec, ops=["exp"], checks=["mutation"])
     assert report.passed, report.summary()
 
 
@@ -311,7 +313,8 @@ def mask_follows(x, result, func=None, args=(), kwargs=None):
 
 
 def test_the_rule_is_given_the_function_and_its_arguments():
-    report = run(Masked, make_masked, rule=mask_follows, ops=["flip"], checks=["types"])
+    spec = testing.TypeSpec(Masked, make=make_masked, rule=mask_follows)
+    report = run(spec, ops=["flip"], checks=["types"])
     assert found(report) == {("types", "flip")}
     assert "the mask is not flipped" in report.failures[0].reason
 
@@ -346,7 +349,7 @@ def _exp_wrong_fake(input):
 def test_a_fault_under_aot_eager_only_is_caught_by_compile():
     options = {"ops": ["exp"], "checks": ["compile"]}
     make = make_metadata(WrongFake)
-    eager_only = run(WrongFake, make, compile_backends=["eager"], **options)
+    eager_only = run(WrongFake, make, options={"compile": {"backends": ["eager"]}}, **options)
     assert eager_only.passed, eager_only.summary()
     report = run(WrongFake, make, **options)
     # (exp alone: the dtype the fake kernel claims; the chains of other calls meet
@@ -370,12 +373,10 @@ class Uncompilable(torch.Tensor):
 @pytest.mark.slow
 def test_a_compile_failure_is_one_line_with_the_real_message(capfd):
     report = run(
-        Uncompilable,
-        lambda t: t.as_subclass(Uncompilable),
-        rule=None,
+        testing.TypeSpec(Uncompilable, make=lambda t: t.as_subclass(Uncompilable)),
         ops=["exp"],
         checks=["compile"],
-        compile_backends=["eager"],
+        options={"compile": {"backends": ["eager"]}},
     )
     assert found(report) == {("compile", "exp")}
     assert all("ValueError: the real reason" in f.reason for f in report.failures)
@@ -447,5 +448,6 @@ def test_coverage_and_the_kit_build_an_outside_type_with_its_constructor(tmp_pat
     counts = coverage.report(Labelled, ops=["exp", "add", "sum"]).counts()
     assert counts["samples error"] == 0 and counts["samples correct"] > 0, counts
     options = testing.options_from_coverage_hooks(Labelled)
-    report = run(Labelled, options["make"], rule=None, ops=["exp", "add"], checks=["types"])
+    spec = testing.TypeSpec(Labelled, make=options["make"])
+    report = run(spec, ops=["exp", "add"], checks=["types"])
     assert report.passed, report.summary()

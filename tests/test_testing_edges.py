@@ -3,6 +3,8 @@ caught (inner tensors requiring grad, conjugate and negative bits, views that al
 inference mode, random functions, a type that overrides nothing), and the three types
 pass (ScalarTensor, whose views are copies, says so)."""
 
+import dataclasses
+
 import pytest
 import torch
 from test_testing_kit import TYPES, make_metadata
@@ -15,9 +17,9 @@ from tensortools.testing import edges
 from tensortools.types.metadata import metadata_of
 
 
-def _report(cls, make, **options):
+def _report(spec, make=None, **options):
     options.setdefault("checks", ["edges"])
-    return testing.check_type(cls, make, raise_on_failure=False, progress=False, **options)
+    return testing.check_type(spec, make, raise_on_failure=False, progress=False, **options)
 
 
 def _failures(report, label=""):
@@ -71,7 +73,7 @@ class Box(TensorLike):
 
 
 def test_an_instance_hiding_that_its_tensor_requires_grad_is_caught():
-    report = _report(Box, (Box, Box.tensor), ops=["exp"])
+    report = _report(testing.TypeSpec(Box, make=Box, densify=Box.tensor), ops=["exp"])
     found = _failures(report, "requiring grad")
     assert found == {
         (
@@ -151,7 +153,7 @@ def test_a_view_that_copies_is_caught_unless_the_type_says_its_views_copy():
         "a write into the base left the view unchanged",
         "a write through the view left the base unchanged",
     ]
-    report = _report(CopiesTranspose, make, ops=["exp"], views_copy=True)
+    report = _report(testing.TypeSpec(CopiesTranspose, make=make, views_copy=True), ops=["exp"])
     assert report.passed and len(report.copies) == 2
     assert "1 view that copies (views_copy)" in report.summary()
 
@@ -301,13 +303,13 @@ FEW = ["add", "exp", "sum", "matmul", "transpose", "cat", "max", "resolve_conj"]
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TYPES))
 def test_the_three_types_pass(name):
-    cls, make, options = TYPES[name]
+    spec, options = TYPES[name]
     options = {k: v for k, v in options.items() if k != "checks"}
-    if cls is ScalarTensor:
-        options["views_copy"] = True  # (its views are dense copies, as its docs say)
-    report = _report(cls, make, ops=FEW, **options)
+    if spec.cls is ScalarTensor:  # (its views are dense copies, as its docs say)
+        spec = dataclasses.replace(spec, views_copy=True)
+    report = _report(spec, ops=FEW, **options)
     assert report.passed, report.summary()
-    if cls is ScalarTensor:
+    if spec.cls is ScalarTensor:
         # (x.view(-1) and the other views of the dense matrix; resolve_conj in inference
         # mode, an inference tensor where plain's returns its input)
         assert {"x.view(-1)", "resolve_conj"} <= {f.function for f in report.copies}
@@ -333,10 +335,10 @@ def test_the_three_types_pass_the_default_run(name):
     # No `ops`: the sample-based conditions on edges.EDGE_FUNCTIONS, over op_db's samples
     # (generating them all takes about a minute under pytest, which makes torch's sample
     # generators walk a deep stack: the full tier only).
-    cls, make, options = TYPES[name]
+    spec, options = TYPES[name]
     options = {k: v for k, v in options.items() if k != "checks"}
-    options["views_copy"] = cls is ScalarTensor
-    report = _report(cls, make, **options)
+    spec = dataclasses.replace(spec, views_copy=spec.cls is ScalarTensor)
+    report = _report(spec, **options)
     assert report.passed, report.summary()
 
 

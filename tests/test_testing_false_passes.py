@@ -24,11 +24,11 @@ def _plain(v):
     return v.as_subclass(torch.Tensor) if isinstance(v, torch.Tensor) else v
 
 
-def failing(cls, **options):
+def failing(cls, make=None, rule=None, **options):
     """The (check, function) pairs that fail for cls over OPS, every check but compile."""
-    options = {"make": make_metadata(cls), "ops": OPS, "checks": CHECKS, **options}
-    make = options.pop("make")
-    report = testing.check_type(cls, make, raise_on_failure=False, safe_globals=[cls], **options)
+    options = {"ops": OPS, "checks": CHECKS, **options}
+    spec = testing.TypeSpec(cls, make=make or make_metadata(cls), rule=rule, safe_globals=[cls])
+    report = testing.check_type(spec, raise_on_failure=False, **options)
     return {(f.check, f.function) for f in report.failures}, report
 
 
@@ -249,6 +249,6 @@ def test_the_own_rule_judges_the_users_instances_where_it_holds_for_them():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TYPES))
 def test_the_three_types_pass_the_new_checks(name):
-    cls, make, options = TYPES[name]
-    report = testing.check_type(cls, make, ops=QUICK, **{**options, "checks": NEW})
+    spec, options = TYPES[name]
+    report = testing.check_type(spec, ops=QUICK, **{**options, "checks": NEW})
     assert report.passed and report.samples > 0

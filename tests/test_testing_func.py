@@ -11,9 +11,9 @@ from tensortools import MetadataTensor, ScalarTensor, testing
 from tensortools.types.metadata import metadata_of
 
 
-def _report(cls, make, **options):
+def _report(spec, make=None, **options):
     options.setdefault("checks", ["func"])
-    return testing.check_type(cls, make, raise_on_failure=False, progress=False, **options)
+    return testing.check_type(spec, make, raise_on_failure=False, progress=False, **options)
 
 
 def test_func_is_one_of_the_checks():
@@ -24,8 +24,9 @@ def test_func_is_one_of_the_checks():
 def test_the_wrapper_types_pass(name):
     # torch.func unwraps a subclass: over an instance the results are plain tensors (as
     # metadata-tensor.md says), which the check accepts beside the type's own rule.
-    cls, make, options = TYPES[name]
-    report = _report(cls, make, ops=QUICK, refusals=options["refusals"])
+    spec, _ = TYPES[name]
+    # (the type's refusals, not its rule)
+    report = _report(testing.TypeSpec(spec.cls, make=spec.make, refusals=spec.refusals), ops=QUICK)
     assert report.passed, report.summary()
     assert len(report.functions) == len(QUICK)
 
@@ -48,7 +49,9 @@ def _branchy_exp(input):
 def test_a_type_that_branches_on_values_fails_under_vmap_only():
     make = make_metadata(BranchyExp)
     eager = _report(
-        BranchyExp, make, ops=["exp"], checks=["values", "types", "autograd"], rule=metadata_rule
+        testing.TypeSpec(BranchyExp, make=make, rule=metadata_rule),
+        ops=["exp"],
+        checks=["values", "types", "autograd"],
     )
     assert eager.passed, eager.summary()
     report = _report(BranchyExp, make, ops=["exp", "sin"])
@@ -82,10 +85,13 @@ def _scalar_make(t):
     return None
 
 
+SCALAR = testing.TypeSpec(ScalarTensor, make=_scalar_make, densify=ScalarTensor.tensor)
+
+
 def test_scalar_tensor_runs_the_captured_forms_only():
     # A tensor-like, not a torch.Tensor: torch.func refuses it as a transform's input,
     # so only the forms that capture it run; grad through them is right.
-    report = _report(ScalarTensor, (_scalar_make, ScalarTensor.tensor), ops=["abs", "sin"])
+    report = _report(SCALAR, ops=["abs", "sin"])
     assert report.functions == ["abs", "sin"]
     assert report.passed, report.summary()
 
@@ -102,7 +108,7 @@ def test_scalar_tensor_under_vmap_with_a_batched_factor():
     torch.testing.assert_close(torch.func.vmap(lambda y: d * y)(ys), d.tensor() * ys[:, None, None])
     y = torch.randn(2, 3, 3)
     torch.testing.assert_close(torch.func.vmap(lambda m: torch.matmul(d, m))(y), 1.5 * y)
-    report = _report(ScalarTensor, (_scalar_make, ScalarTensor.tensor), ops=CAPTURED)
+    report = _report(SCALAR, ops=CAPTURED)
     assert report.passed, report.summary()
     assert sorted(report.functions) == sorted(CAPTURED)
 
@@ -125,9 +131,7 @@ def test_the_rule_judges_a_transforms_results_against_the_instance_it_took():
     # vmap over the instance takes a stacked instance, not the sample's: its results are
     # judged against that one (judged against the sample's, a correct type failed)
     report = _report(
-        Mapped,
-        lambda t: t.as_subclass(Mapped),
+        testing.TypeSpec(Mapped, make=lambda t: t.as_subclass(Mapped), rule=_holds_an_instance),
         ops=["contiguous", "positive"],
-        rule=_holds_an_instance,
     )
     assert report.passed, report.summary()

@@ -3,6 +3,7 @@ check, passes correct types, and runs on the three types (a quick selection here
 whole op_db under the `slow` marker)."""
 
 import contextlib
+import dataclasses
 import threading
 
 import pytest
@@ -59,8 +60,8 @@ def make_metadata(cls=MetadataTensor):
     return lambda t: cls(t, {"unit": "m", "run": 7})
 
 
-def _failures(cls, make, **kw):
-    report = testing.check_type(cls, make, raise_on_failure=False, **kw)
+def _failures(spec, make=None, **kw):
+    report = testing.check_type(spec, make, raise_on_failure=False, **kw)
     return {(f.check, f.function) for f in report.failures}, report
 
 
@@ -97,9 +98,9 @@ def _flip_method(input, *dims):
 
 def test_a_dropped_metadata_key_on_one_method_is_caught_by_aliases():
     found, report = _failures(
-        DropsKeyOnFlipMethod,
-        make_metadata(DropsKeyOnFlipMethod),
-        rule=metadata_rule,
+        testing.TypeSpec(
+            DropsKeyOnFlipMethod, make=make_metadata(DropsKeyOnFlipMethod), rule=metadata_rule
+        ),
         ops=["flip", "exp"],
         checks=["values", "types", "aliases"],
     )
@@ -189,9 +190,8 @@ def refuses_to_nest(_held=[]):  # noqa: B006 (shared on purpose: a process-wide 
 
 def test_a_setting_that_raises_in_some_threads_is_reported_not_hung():
     settings = {"exclusive": (refuses_to_nest, lambda: 0)}
-    found, report = _failures(
-        MetadataTensor, make_metadata(), ops=["exp"], checks=["threads"], settings=settings
-    )
+    spec = testing.TypeSpec(MetadataTensor, make=make_metadata(), settings=settings)
+    found, report = _failures(spec, ops=["exp"], checks=["threads"])
     assert found == {("threads", "setting exclusive")}
 
 
@@ -254,9 +254,8 @@ def test_a_non_restoring_setting_is_caught_by_threads():
         "leaky": (lambda: leaky_level(5), lambda: _level["value"]),
         "per thread": (lambda: thread_level(5), lambda: getattr(_store, "value", 0)),
     }
-    found, report = _failures(
-        MetadataTensor, make_metadata(), ops=["exp"], checks=["threads"], settings=settings
-    )
+    spec = testing.TypeSpec(MetadataTensor, make=make_metadata(), settings=settings)
+    found, report = _failures(spec, ops=["exp"], checks=["threads"])
     assert found == {("threads", "setting leaky")}
     assert any("not restored" in f.reason for f in report.failures)
 
@@ -297,22 +296,28 @@ def scalar_refusals(err):
     )
 
 
+# name -> (the type's spec, check_type's further keywords)
 TYPES = {
     "MetadataTensor": (
-        MetadataTensor,
-        make_metadata(),
-        {"rule": metadata_rule, "refusals": cannot_hold},
+        testing.TypeSpec(
+            MetadataTensor, make=make_metadata(), rule=metadata_rule, refusals=cannot_hold
+        ),
+        {},
     ),
-    "LoggingTensor": (LoggingTensor, LoggingTensor, {"refusals": cannot_hold}),
+    "LoggingTensor": (
+        testing.TypeSpec(LoggingTensor, make=LoggingTensor, refusals=cannot_hold),
+        {},
+    ),
     # structured: results may be ScalarTensors or dense, values are what count
     "ScalarTensor": (
-        ScalarTensor,
-        (_scalar_make, ScalarTensor.tensor),
-        {
-            "rule": lambda x, out: "",
-            "checks": ("values", "aliases", "threads"),
-            "refusals": scalar_refusals,
-        },
+        testing.TypeSpec(
+            ScalarTensor,
+            make=_scalar_make,
+            densify=ScalarTensor.tensor,
+            rule=lambda x, out: "",
+            refusals=scalar_refusals,
+        ),
+        {"checks": ("values", "aliases", "threads")},
     ),
 }
 
@@ -320,15 +325,18 @@ TYPES = {
 @pytest.mark.parametrize("name", sorted(TYPES))
 @pytest.mark.slow
 def test_the_three_types_pass_the_quick_selection(name):
-    cls, make, options = TYPES[name]
+    spec, options = TYPES[name]
     checks = [c for c in options.get("checks", testing.DEFAULT_CHECKS) if c != "compile"]
-    report = testing.check_type(cls, make, ops=QUICK, **{**options, "checks": checks})
+    report = testing.check_type(spec, ops=QUICK, **{**options, "checks": checks})
     assert report.passed and report.samples > 0
     if "compile" in options.get("checks", testing.DEFAULT_CHECKS):  # compiles afresh per function
         # (the eager backend: MetadataTensor fails under aot_eager, an open finding that
         # tests/test_testing_compile.py keeps as an expected failure)
         testing.check_type(
-            cls, make, ops=["add", "sum", "flip"], checks=["compile"], compile_backends=["eager"]
+            spec,
+            ops=["add", "sum", "flip"],
+            checks=["compile"],
+            options={"compile": {"backends": ["eager"]}},
         )
 
 
@@ -337,10 +345,10 @@ def test_the_three_types_pass_the_quick_selection(name):
 def test_the_three_types_over_all_of_op_db(name):
     # Every op_db function with float32 samples in the full tier (about 580, 2 samples
     # each); a seeded fifth of them by default.
-    cls, make, options = TYPES[name]
+    spec, options = TYPES[name]
     checks = [c for c in options.get("checks", testing.DEFAULT_CHECKS) if c != "compile"]
     ops = testing.function_names(tiers.op_db_names(5))  # (those with a runnable sample)
-    report = testing.check_type(cls, make, ops=ops, **{**options, "checks": checks})
+    report = testing.check_type(spec, ops=ops, **{**options, "checks": checks})
     assert report.passed and len(report.functions) > (500 if tiers.full() else 100)
 
 
@@ -350,11 +358,9 @@ def test_the_three_types_over_all_of_op_db(name):
 # (compile's eager backend: MetadataTensor fails under aot_eager, see
 # tests/test_testing_compile.py)
 @testing.parametrize(
-    MetadataTensor,
-    make_metadata(),
+    testing.TypeSpec(MetadataTensor, make=make_metadata(), rule=metadata_rule),
     ops=["exp", "flip", "sum"],
-    rule=metadata_rule,
-    compile_backends=["eager"],
+    options={"compile": {"backends": ["eager"]}},
 )
 def test_one_test_per_function(check, request):
     report = check()
@@ -462,11 +468,10 @@ def _stack_plain(tensors, dim=0, *, out=None):
 
 def test_tensors_in_an_input_list_become_instances():
     report = testing.check_type(
-        MetadataTensor,
-        make_metadata(),
+        testing.TypeSpec(MetadataTensor, make=make_metadata(), rule=metadata_rule),
         ops=["cat", "stack"],
-        rule=metadata_rule,
-        compile_backends=["eager"],  # (MetadataTensor fails under aot_eager: test_testing_compile)
+        # (MetadataTensor fails under aot_eager: test_testing_compile)
+        options={"compile": {"backends": ["eager"]}},
     )
     assert report.functions == ["cat", "stack"]
     # cat([a, b]) runs with both instances, then with the first alone
@@ -476,13 +481,10 @@ def test_tensors_in_an_input_list_become_instances():
 def test_a_cat_that_drops_a_later_tensors_metadata_is_caught_by_types():
     def check(cls):
         return _failures(
-            cls,
-            make_metadata(cls),
-            rule=metadata_rule,
+            testing.TypeSpec(cls, make=make_metadata(cls), rule=metadata_rule, safe_globals=[cls]),
             ops=["cat", "exp"],
             checks=ALL_BUT_COMPILE,
             instances=("each",),
-            safe_globals=[cls],
         )
 
     found, report = check(CatKeepsFirstMetadata)
@@ -494,12 +496,14 @@ def test_a_cat_that_drops_a_later_tensors_metadata_is_caught_by_types():
 
 def test_a_stack_returning_a_plain_tensor_is_caught_by_types():
     found, report = _failures(
-        StackReturnsPlain,
-        make_metadata(StackReturnsPlain),
-        rule=metadata_rule,
+        testing.TypeSpec(
+            StackReturnsPlain,
+            make=make_metadata(StackReturnsPlain),
+            rule=metadata_rule,
+            safe_globals=[StackReturnsPlain],
+        ),
         ops=["stack", "exp"],
         checks=ALL_BUT_COMPILE,
-        safe_globals=[StackReturnsPlain],
     )
     assert found == {("types", "stack")}
     assert all("a Tensor result" in f.reason for f in report.failures)
@@ -519,18 +523,17 @@ def stack_refusal(err):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["MetadataTensor", "LoggingTensor"])
 def test_the_wrapper_types_pass_samples_with_several_tensors(name):
-    cls, make, options = TYPES[name]
+    spec, options = TYPES[name]
     report = testing.check_type(
-        cls,
-        make,
+        dataclasses.replace(spec, refusals=stack_refusal),
         ops=SEVERAL,
         checks=ALL_BUT_COMPILE,
         instances=("every", "first", "each"),
-        **{**options, "refusals": stack_refusal},
+        **options,
     )
     assert report.functions == sorted(SEVERAL)
-    if cls is MetadataTensor:
-        testing.check_type(cls, make, ops=["cat"], checks=["compile"], **options)
+    if spec.cls is MetadataTensor:
+        testing.check_type(spec, ops=["cat"], checks=["compile"], **options)
 
 
 # --- serialization of users' types --------------------------------------------------------------
@@ -547,10 +550,12 @@ def test_an_undeclared_type_is_told_in_one_line_how_to_declare_it():
     (failure,) = report.failures
     assert "\n" not in failure.reason and "weights_only=True" in failure.reason
     assert "torch.serialization.add_safe_globals([Undeclared])" in failure.reason
-    assert "check_type(..., safe_globals=[Undeclared])" in failure.reason
+    assert "TypeSpec(..., safe_globals=[Undeclared])" in failure.reason
 
     report = testing.check_type(
-        Undeclared, make, ops=["exp", "cat"], checks=["serialization"], safe_globals=[Undeclared]
+        testing.TypeSpec(Undeclared, make=make, safe_globals=[Undeclared]),
+        ops=["exp", "cat"],
+        checks=["serialization"],
     )
     assert report.passed and report.samples == 6  # (cat: both lists; exp: two samples)
     assert Undeclared not in torch.serialization.get_safe_globals()  # (for the check only)
@@ -558,14 +563,12 @@ def test_an_undeclared_type_is_told_in_one_line_how_to_declare_it():
 
 def test_a_long_run_shows_a_progress_bar(monkeypatch, capsys):
     pytest.importorskip("tqdm")
-    cls, make, options = TYPES["MetadataTensor"]
+    spec, options = TYPES["MetadataTensor"]
     monkeypatch.setattr(testing, "PROGRESS_DELAY", 0.0)  # (as if the run were long)
-    testing.check_type(cls, make, ops=["exp", "flip"], checks=["values"], **_without(options))
+    testing.check_type(spec, ops=["exp", "flip"], checks=["values"], **_without(options))
     err = capsys.readouterr().err
     assert "check_type(MetadataTensor)" in err and "sample" in err
-    testing.check_type(
-        cls, make, ops=["exp"], checks=["values"], progress=False, **_without(options)
-    )
+    testing.check_type(spec, ops=["exp"], checks=["values"], progress=False, **_without(options))
     assert "check_type" not in capsys.readouterr().err
 
 

@@ -27,10 +27,11 @@ def reached(monkeypatch):
     return ran
 
 
-def _failures(cls, **options):
-    report = testing.check_type(
-        cls, make_metadata(cls), rule=metadata_rule, raise_on_failure=False, **options
+def _failures(cls, safe_globals=(), **options):
+    spec = testing.TypeSpec(
+        cls, make=make_metadata(cls), rule=metadata_rule, safe_globals=safe_globals
     )
+    report = testing.check_type(spec, raise_on_failure=False, **options)
     return {(f.check, f.function) for f in report.failures}, report
 
 
@@ -160,8 +161,8 @@ MUST_REACH["LoggingTensor"] = MUST_REACH["MetadataTensor"]
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TYPES))
 def test_the_three_types_pass_the_modules_check(name, reached):
-    cls, make, options = TYPES[name]
-    report = testing.check_type(cls, make, ops=["exp"], **{**options, "checks": ["modules"]})
+    spec, options = TYPES[name]
+    report = testing.check_type(spec, ops=["exp"], **{**options, "checks": ["modules"]})
     assert report.passed
     floor, named = MUST_REACH[name]
     modules = {s.name for s in reached}

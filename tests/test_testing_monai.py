@@ -53,9 +53,8 @@ def test_monai_metatensor_over_the_default_checks():
         # every op_db function in the full tier; by default a seeded twentieth (the
         # part of the suite's op_db draw that every sweep shares) and the two declared
         ops = sorted({*testing.function_names(tiers.op_db_names(20)), *DECLARED})
-        report = testing.check_type(
-            monai.MetaTensor, monai.MetaTensor, checks=checks, refusals=monai_refusals, ops=ops
-        )
+        spec = testing.TypeSpec(monai.MetaTensor, make=monai.MetaTensor, refusals=monai_refusals)
+        report = testing.check_type(spec, checks=checks, ops=ops)
     if tiers.full():
         assert len(report.functions) > 500 and report.samples > 1000
     else:

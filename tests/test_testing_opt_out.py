@@ -44,10 +44,9 @@ def plain_results_of_calls(x, result, func=None, args=(), kwargs=None):
     return plain_results(x, result)
 
 
-def run(cls, checks, **options):
+def run(cls, checks, rule=None, **options):
     return testing.check_type(
-        cls,
-        lambda t: t.as_subclass(cls),
+        testing.TypeSpec(cls, make=lambda t: t.as_subclass(cls), rule=rule),
         checks=checks,
         ops=["exp"],
         raise_on_failure=False,
@@ -133,6 +132,8 @@ def test_a_type_with_per_sample_state_and_a_rule_still_judges_the_state():
         return MetadataTensor(t, {"id": int(t.flatten()[0])})
 
     report = testing.check_type(
-        MetadataTensor, make, checks=["batches"], rule=plain_results, progress=False
+        testing.TypeSpec(MetadataTensor, make=make, rule=plain_results),
+        checks=["batches"],
+        progress=False,
     )
     assert report.passed and not report.declined

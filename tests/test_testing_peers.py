@@ -59,12 +59,12 @@ def monai():
     return pytest.importorskip("monai.data")
 
 
-def run(cls, make, **options):
+def run(spec, make=None, **options):
     """check_type over every check but compile (unless asked), its report returned."""
     options.setdefault("checks", EVERY_CHECK_BUT_COMPILE)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (the libraries' own deprecation warnings)
-        return testing.check_type(cls, make, raise_on_failure=False, **options)
+        return testing.check_type(spec, make, raise_on_failure=False, **options)
 
 
 def functions(*names):
@@ -116,42 +116,46 @@ def edge_samples(s):
     return None if s.name in ADJACENCY_PRODUCTS else peer_types.edge_samples(s)
 
 
-def edge_index_options(pyg_edge_index):
-    # (int64 only, four samples per function: op_db's first ones are mostly not matrices)
-    return {
-        "dtypes": [torch.int64],
-        "max_samples": 4,
-        "samples": edge_samples,
-        "rule": peer_types.pyg_rule,
-        "volatile_attrs": EDGE_INDEX_CACHES,
-    }
+def edge_index_spec(pyg_edge_index):
+    return testing.TypeSpec(
+        pyg_edge_index.EdgeIndex,
+        make=peer_types.make_edge_index(pyg_edge_index),
+        densify=peer_types.pyg_densify,
+        rule=peer_types.pyg_rule,
+        volatile_attrs=EDGE_INDEX_CACHES,
+    )
 
 
-def index_options(pyg_index):
-    return {
-        "dtypes": [torch.int64],
-        "max_samples": 4,
-        "samples": peer_types.index_samples,
-        "rule": peer_types.pyg_rule,
-        "volatile_attrs": ("_indptr",),
-    }
+#: (int64 only, four samples per function: op_db's first ones are mostly not matrices)
+EDGE_INDEX_OPTIONS = {"dtypes": [torch.int64], "max_samples": 4, "samples": edge_samples}
+
+
+def index_spec(pyg_index):
+    return testing.TypeSpec(
+        pyg_index.Index,
+        make=peer_types.make_index(pyg_index),
+        densify=peer_types.pyg_densify,
+        rule=peer_types.pyg_rule,
+        volatile_attrs=("_indptr",),
+    )
+
+
+INDEX_OPTIONS = {"dtypes": [torch.int64], "max_samples": 4, "samples": peer_types.index_samples}
 
 
 @pytest.mark.slow
 def test_pyg_edge_index_quick(pyg_edge_index):
-    make = (peer_types.make_edge_index(pyg_edge_index), peer_types.pyg_densify)
     ops = ["add", "sub", "cat", "stack", "index_select", "unbind", "max", "where"]
-    options = edge_index_options(pyg_edge_index)
-    report = run(pyg_edge_index.EdgeIndex, make, ops=ops, checks=QUICK_CHECKS, **options)
+    spec = edge_index_spec(pyg_edge_index)
+    report = run(spec, ops=ops, checks=QUICK_CHECKS, **EDGE_INDEX_OPTIONS)
     assert report.passed, report.summary()
     assert len(report.functions) == len(ops) and report.samples > 20
 
 
 @pytest.mark.slow
 def test_pyg_index_quick(pyg_index):
-    make = (peer_types.make_index(pyg_index), peer_types.pyg_densify)
     ops = ["add", "sub", "index_select", "sort", "max", "unbind", "gather"]
-    report = run(pyg_index.Index, make, ops=ops, checks=QUICK_CHECKS, **index_options(pyg_index))
+    report = run(index_spec(pyg_index), ops=ops, checks=QUICK_CHECKS, **INDEX_OPTIONS)
     assert report.passed, report.summary()
     assert len(report.functions) == len(ops) and report.samples > 15
 
@@ -159,9 +163,8 @@ def test_pyg_index_quick(pyg_index):
 @pytest.mark.slow
 @pytest.mark.full
 def test_pyg_edge_index_over_all_of_op_db(pyg_edge_index):
-    make = (peer_types.make_edge_index(pyg_edge_index), peer_types.pyg_densify)
     # (every function: those with no sample an EdgeIndex holds run nothing)
-    report = run(pyg_edge_index.EdgeIndex, make, **edge_index_options(pyg_edge_index))
+    report = run(edge_index_spec(pyg_edge_index), **EDGE_INDEX_OPTIONS)
     assert len(report.functions) > 200 and report.samples > 1000
     assert_found(report, EDGE_INDEX_FOUND)
 
@@ -169,8 +172,7 @@ def test_pyg_edge_index_over_all_of_op_db(pyg_edge_index):
 @pytest.mark.slow
 @pytest.mark.full
 def test_pyg_index_over_all_of_op_db(pyg_index):
-    make = (peer_types.make_index(pyg_index), peer_types.pyg_densify)
-    report = run(pyg_index.Index, make, **index_options(pyg_index))
+    report = run(index_spec(pyg_index), **INDEX_OPTIONS)
     assert len(report.functions) > 200 and report.samples > 500
     assert_found(report, INDEX_FOUND)
 
@@ -253,17 +255,19 @@ MEMMAP_FOUND = {
 }
 
 
-def memmap_options(**options):
-    return {"rule": peer_types.memmap_rule, **options}
+def memmap_spec(tensordict, *directory):
+    """MemoryMappedTensor's spec (its instances in files in `directory`, where given)."""
+    return testing.TypeSpec(
+        tensordict.MemoryMappedTensor,
+        make=peer_types.make_memmap(tensordict, *directory),
+        rule=peer_types.memmap_rule,
+    )
 
 
 @pytest.mark.slow
 def test_tensordict_memmap_quick(tensordict):
     ops = ["add", "sum", "flip", "cat", "__getitem__", "split", "t", "where"]
-    make = peer_types.make_memmap(tensordict)
-    report = run(
-        tensordict.MemoryMappedTensor, make, ops=ops, **memmap_options(checks=QUICK_CHECKS)
-    )
+    report = run(memmap_spec(tensordict), ops=ops, checks=QUICK_CHECKS)
     assert report.passed, report.summary()
     assert len(report.functions) == len(ops)
 
@@ -272,8 +276,7 @@ def test_tensordict_memmap_quick(tensordict):
 @pytest.mark.full
 def test_tensordict_memmap_over_all_of_op_db(tensordict):
     checks = [c for c in EVERY_CHECK_BUT_COMPILE if c != "serialization"]
-    make = peer_types.make_memmap(tensordict)
-    report = run(tensordict.MemoryMappedTensor, make, **memmap_options(checks=checks))
+    report = run(memmap_spec(tensordict), checks=checks)
     assert len(report.functions) > 500 and report.samples > 1000
     assert_found(report, MEMMAP_FOUND)
 
@@ -282,12 +285,7 @@ def test_tensordict_memmap_over_all_of_op_db(tensordict):
 @pytest.mark.full
 def test_tensordict_memmap_in_files_over_all_of_op_db(tensordict):
     with tempfile.TemporaryDirectory() as directory:
-        make = peer_types.make_memmap(tensordict, directory)
-        report = run(
-            tensordict.MemoryMappedTensor,
-            make,
-            **memmap_options(checks=["values", "serialization"]),
-        )
+        report = run(memmap_spec(tensordict, directory), checks=["values", "serialization"])
     assert len(report.functions) > 500
     # (pickle passes; every function's deepcopy raises, and torch.load(weights_only=True)
     # refuses what torch.save wrote)
@@ -334,10 +332,7 @@ def test_tensordict_memmap_opts_out_of_torch_function(tensordict):
         for call in (lambda: torch.add(t, other), lambda: torch.add(other, t), lambda: t * other):
             with pytest.raises(TypeError):
                 call()
-    make = peer_types.make_memmap(tensordict)
-    report = run(
-        tensordict.MemoryMappedTensor, make, ops=["add"], **memmap_options(checks=["edges"])
-    )
+    report = run(memmap_spec(tensordict), ops=["add"], checks=["edges"])
     assert not [f for f in report.failures if f.function.startswith("x.__torch_function__(")]
 
 
@@ -426,20 +421,30 @@ TV_FOUND = {
 
 
 def tv_types(tv):
-    """name -> (type, make, options); the types allowed for torch.load(weights_only=True),
-    which torchvision does not declare."""
+    """name -> (spec, check_type's further keywords); the specs allow their types for
+    torch.load(weights_only=True), which torchvision does not declare."""
     rule = peer_types.tv_rule
     return {
-        "Image": (tv.Image, peer_types.make_image(tv), {"rule": rule, "safe_globals": [tv.Image]}),
-        "Mask": (tv.Mask, peer_types.make_mask(tv), {"rule": rule, "safe_globals": [tv.Mask]}),
+        "Image": (
+            testing.TypeSpec(
+                tv.Image, make=peer_types.make_image(tv), rule=rule, safe_globals=[tv.Image]
+            ),
+            {},
+        ),
+        "Mask": (
+            testing.TypeSpec(
+                tv.Mask, make=peer_types.make_mask(tv), rule=rule, safe_globals=[tv.Mask]
+            ),
+            {},
+        ),
         "BoundingBoxes": (
-            tv.BoundingBoxes,
-            peer_types.make_boxes(tv),
-            {
-                "rule": rule,
-                "samples": peer_types.box_samples,
-                "safe_globals": [tv.BoundingBoxes, tv.BoundingBoxFormat],
-            },
+            testing.TypeSpec(
+                tv.BoundingBoxes,
+                make=peer_types.make_boxes(tv),
+                rule=rule,
+                safe_globals=[tv.BoundingBoxes, tv.BoundingBoxFormat],
+            ),
+            {"samples": peer_types.box_samples},
         ),
     }
 
@@ -447,7 +452,7 @@ def tv_types(tv):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["Image", "Mask", "BoundingBoxes"])
 def test_tv_tensors_quick(tv, name):
-    cls, make, options = tv_types(tv)[name]
+    spec, options = tv_types(tv)[name]
     # (functions without an in-place form: see the reproducer below; where's out= form is
     # its other reproducer's finding)
     if name == "BoundingBoxes":
@@ -455,7 +460,7 @@ def test_tv_tensors_quick(tv, name):
     else:
         ops = ["flip", "max", "sort", "where", "clone", "narrow", "select", "roll"]
     checks = [*QUICK_CHECKS, "serialization"]
-    report = run(cls, make, ops=ops, checks=checks, **options)
+    report = run(spec, ops=ops, checks=checks, **options)
     out_forms = "test_tv_tensors_out_forms_return_a_plain_tensor"
     assert_found(report, {out_forms: TV_FOUND[out_forms]})
 
@@ -464,8 +469,8 @@ def test_tv_tensors_quick(tv, name):
 @pytest.mark.full
 @pytest.mark.parametrize("name", ["Image", "Mask", "BoundingBoxes"])
 def test_tv_tensors_over_all_of_op_db(tv, name):
-    cls, make, options = tv_types(tv)[name]
-    report = run(cls, make, **options)
+    spec, options = tv_types(tv)[name]
+    report = run(spec, **options)
     assert len(report.functions) > (150 if name == "BoundingBoxes" else 500)
     assert_found(report, TV_FOUND)
 
@@ -491,7 +496,7 @@ def test_tv_tensors_in_place_methods_return_a_plain_tensor(tv):
 )
 @pytest.mark.parametrize("name", ["Image", "Mask", "BoundingBoxes"])
 def test_tv_tensors_out_forms_return_a_plain_tensor(tv, name):
-    cls, make, _ = tv_types(tv)[name]
+    make = tv_types(tv)[name][0].make
     shape = (5, 4) if name == "BoundingBoxes" else (3, 4, 4)
     x, y, out = make(torch.rand(shape)), torch.rand(shape), make(torch.empty(shape))
     assert torch.where(y > 0.5, x, y, out=out) is out  # as torch returns out
@@ -604,10 +609,8 @@ def test_an_attribute_equal_to_its_class_default_is_no_difference():
     # read None from the class: the kit reported "attribute '_T_indptr' is None instead of
     # '(missing)'"; the round trips compare attributes the same way)
     report = run(
-        Cached,
-        lambda t: t.as_subclass(Cached),
+        testing.TypeSpec(Cached, make=lambda t: t.as_subclass(Cached), safe_globals=[Cached]),
         ops=["exp"],
         checks=["serialization"],
-        safe_globals=[Cached],
     )
     assert report.passed, report.summary()

@@ -318,8 +318,7 @@ def test_static_hooks_and_hooks_assigned_later_take_the_python_path():
     class Later(TensorWrapper):
         pass
 
-    Later.wrap = classmethod(lambda cls, t, c: "custom wrap")
-    Later._on_settings_change()  # (as the record's comment says)
+    Later.wrap = classmethod(lambda cls, t, c: "custom wrap")  # (the record follows by itself)
     assert torch.neg(Later._make(torch.ones(1))) == "custom wrap"
 
 

@@ -7,6 +7,9 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <atomic>
+#include <limits>
+
 #include "../checks.h"
 #include "lltm.h"
 
@@ -226,6 +229,37 @@ SequenceBackwardOutputs run_sequence_backward(
     }
   }
   return {d_input, d_weights, d_bias, d_h0, d_c0};
+}
+
+namespace {
+
+// The mode in the low two bits, the block cap above them: one word, so that a reader never
+// sees half of a change.
+std::atomic<uint64_t> g_sequence_options{0};
+constexpr int64_t kMostBlocks = std::numeric_limits<int64_t>::max() >> 2;
+
+uint64_t pack(SequenceOptions options) {
+  return static_cast<uint64_t>(options.max_blocks) << 2 | static_cast<uint64_t>(options.mode);
+}
+
+SequenceOptions unpack(uint64_t word) {
+  return {static_cast<SequenceMode>(word & 3), static_cast<int64_t>(word >> 2)};
+}
+
+}  // namespace
+
+SequenceOptions sequence_options() {
+  return unpack(g_sequence_options.load(std::memory_order_relaxed));
+}
+
+SequenceOptions set_sequence_options(SequenceOptions options) {
+  TORCH_CHECK(options.mode == SequenceMode::kAuto || options.mode == SequenceMode::kLoop ||
+                  options.mode == SequenceMode::kPersistent,
+              "lltm_sequence options: unknown mode ", static_cast<int>(options.mode));
+  TORCH_CHECK(options.max_blocks >= 0 && options.max_blocks <= kMostBlocks,
+              "lltm_sequence options: max_blocks must be >= 0 (0: no cap), got ",
+              options.max_blocks);
+  return unpack(g_sequence_options.exchange(pack(options), std::memory_order_relaxed));
 }
 
 void check_sequence_forward_args(const at::Tensor& input, const at::Tensor& weights,

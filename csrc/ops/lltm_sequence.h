@@ -21,6 +21,7 @@
 #include <c10/util/FunctionRef.h>
 
 #include <array>
+#include <cstdint>
 #include <tuple>
 
 namespace tensortools::lltm {
@@ -102,6 +103,21 @@ SequenceBackwardOutputs run_sequence_backward(
     const at::Tensor& output, const at::Tensor& cells, const at::Tensor& gates,
     std::array<bool, 3> output_mask, BackwardPointwise pointwise,
     const Recurrence* recurrence = nullptr);
+
+// Which recurrence a backend with one (the CUDA persistent kernels) runs: kAuto, its own
+// where it applies and else the per-step loop; kLoop, the loop; kPersistent, its own or an
+// error saying why it does not apply. max_blocks caps the persistent grid (0: no cap).
+// Process-wide, set from Python (tensortools.ops.set_lltm_sequence_options, which reads
+// TENSORTOOLS_LLTM_SEQUENCE and TENSORTOOLS_LLTM_SEQUENCE_BLOCKS once, at import).
+enum class SequenceMode : uint8_t { kAuto = 0, kLoop = 1, kPersistent = 2 };
+struct SequenceOptions {
+  SequenceMode mode = SequenceMode::kAuto;
+  int64_t max_blocks = 0;
+};
+// The options in force (one atomic read: any thread may call it while another sets them).
+SequenceOptions sequence_options();
+// Sets the options, returning the previous ones; refuses a max_blocks < 0.
+SequenceOptions set_sequence_options(SequenceOptions options);
 
 // Validate the arguments (ranks, shapes, dtypes in `allowed`, one device).
 void check_sequence_forward_args(const at::Tensor& input, const at::Tensor& weights,

@@ -3,11 +3,11 @@
 // class's Python path (cls._python_torch_function), which defines the behaviour.
 // See Note [The compiled paths] in docs/design.md.
 //
-// What the fast path needs from a class is one record, cls._fast: a WrapperRecord
-// (kind, handlers, logger, captures, carrier, batch_rules), whose fields
-// tensortools/dispatch/compiled_path.py documents; kind is one of Kind below (exported as
-// wrapper_path_kinds, the values of that file's WrapperPath). For batch_rules, see Note
-// [Batch rules] in docs/design.md.
+// Its files: wrapper_record.cpp, the gate (which path a call takes, from the class's
+// record cls._fast, a WrapperRecord of tensortools/dispatch/compiled_path.py read by its
+// fields' names; exported as wrapper_path_of); wrapper_call.cpp, the walk over the
+// arguments and the plain call; this file, the call and its results. For the batch calls,
+// see Note [Batch rules] in docs/design.md.
 //
 // Which metadata and batch size the results of WRAP_METADATA take, and how, are the rules
 // of metadata_results.h, which the Python path calls too (one definition). When a new
@@ -15,261 +15,25 @@
 // Python path calls too (exported as wrapper_adopt).
 //
 // Every object this file uses across a call that can run Python is held by a reference
-// of its own, and a list's items are read afresh, by index, against its current size.
-// See Note [Python code inside a C call] in docs/design.md.
+// of its own. See Note [Python code inside a C call] in docs/design.md.
 //
 // wrapper_torch_function_eager is the same function with no Python stand-in for
 // torch.compile (LoggingTensor: a graph break per call). See Note [The compiled paths]
 // ("Under torch.compile") in docs/design.md.
 #include "wrapper_dispatch.h"
 
-#include <utility>
-
 #include "metadata_results.h"
+#include "wrapper_call.h"
+#include "wrapper_record.h"
+#include "wrapper_state.h"
 
-#include <ATen/PythonTorchFunctionTLS.h>
-#include <c10/util/SmallVector.h>
-#include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 namespace tensortools::python {
+
+using namespace wrapper;  // NOLINT(google-build-using-namespace): this path's own parts
+
 namespace {
-
-// Set by setup(): torch.Tensor, the functions whose results are never wrapped, the Python
-// output wrapper, the per-thread store of the settings' overrides, and the container
-// types torch.utils._pytree takes apart (its SUPPORTED_NODES, read live).
-PyObject* g_tensor_type = nullptr;
-PyObject* g_no_wrap = nullptr;
-PyObject* g_wrap_outputs = nullptr;  // wrap(cls, func, result, context, args, kwargs)
-PyObject* g_overrides = nullptr;
-PyObject* g_pytree_nodes = nullptr;
-
-// Interned names.
-PyObject* s_fast = nullptr;         // "_fast": the class's record
-PyObject* s_python_path = nullptr;  // "_python_torch_function"
-PyObject* s_value = nullptr;        // a ThreadStore's "value"
-PyObject* s_is_enabled_for = nullptr;
-PyObject* s_class = nullptr;
-PyObject* s_as_subclass = nullptr;
-PyObject* s_info_level = nullptr;  // logging.INFO, 20
-
-enum Kind : long { kPython = 0, kWrap = 1, kWrapMetadata = 2, kPlain = 3 };
-
-// The kinds by the names Python's WrapperPath gives them (exported as wrapper_path_kinds:
-// one definition).
-constexpr std::pair<const char*, long> kKindNames[] = {
-    {"PYTHON", kPython}, {"WRAP", kWrap}, {"WRAP_METADATA", kWrapMetadata}, {"PLAIN", kPlain}};
-
-// References owned by this object, released when it goes.
-class Refs {
- public:
-  Refs() = default;
-  Refs(const Refs&) = delete;
-  Refs& operator=(const Refs&) = delete;
-  ~Refs() {
-    for (PyObject* o : items_) Py_DECREF(o);
-  }
-  void add(PyObject* o) { items_.push_back(Py_NewRef(o)); }
-  const c10::SmallVector<PyObject*, 8>& items() const { return items_; }
-
- private:
-  c10::SmallVector<PyObject*, 8> items_;
-};
-
-// 1 when a per-thread store holds a value (not None) in the calling thread, 0 when not,
-// -1 on error.
-int store_is_set(PyObject* store) {
-  PyObject* value = PyObject_GetAttr(store, s_value);
-  if (value == nullptr) {
-    return -1;
-  }
-  const int set = value != Py_None;
-  Py_DECREF(value);
-  return set;
-}
-
-// 1 when every overriding type of the call is cls, a subclass or a parent of it; 0 when
-// another one takes part (the Python path then hands our instances to it as plain tensors).
-int only_own_types(PyObject* cls, PyObject* types) {
-  if (!PyTuple_Check(types)) return 0;
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(types); ++i) {
-    PyObject* t = PyTuple_GET_ITEM(types, i);
-    if (!PyType_Check(t)) return 0;
-    auto* type = reinterpret_cast<PyTypeObject*>(t);
-    auto* klass = reinterpret_cast<PyTypeObject*>(cls);
-    if (!PyType_IsSubtype(type, klass) && !PyType_IsSubtype(klass, type)) {
-      return 0;
-    }
-  }
-  return 1;
-}
-
-// The kind of path a call takes (see the file comment), and for kind 2 the carrier class
-// and the batch rules (new references in *carrier and *batch_rules); -1 with an exception
-// set on error.
-long choose_kind(PyObject* cls, PyObject* func, PyObject* types, PyObject** carrier,
-                 PyObject** batch_rules) {
-  // Called while subclass dispatch is disabled: a TorchFunctionMode declined a method call
-  // that torch showed it with our instance as self (see _python_torch_function).
-  if (at::impl::PythonTorchFunctionTLS::get_disabled_state() !=
-      at::impl::TorchFunctionDisabledState::ENABLED) {
-    return kPython;
-  }
-  PyObject* overrides = Py_NewRef(g_overrides);
-  int set = store_is_set(overrides);
-  Py_DECREF(overrides);
-  if (set != 0) return set < 0 ? -1 : kPython;
-  PyObject* record = PyObject_GetAttr(cls, s_fast);  // (held: its items are borrowed)
-  if (record == nullptr) return -1;
-  long kind = kPython;
-  if (PyTuple_Check(record) && PyTuple_GET_SIZE(record) == 6) {
-    kind = PyLong_AsLong(PyTuple_GET_ITEM(record, 0));
-    PyObject* handlers = PyTuple_GET_ITEM(record, 1);
-    PyObject* logger = PyTuple_GET_ITEM(record, 2);
-    PyObject* captures = PyTuple_GET_ITEM(record, 3);
-    PyObject* klass = PyTuple_GET_ITEM(record, 4);
-    int ok = 0;
-    if (kind == -1 && PyErr_Occurred()) {
-      ok = -1;
-    }
-    if (ok == 0 && kind != kPython && captures != Py_None) {
-      ok = store_is_set(captures);  // 1: a capture is open in this thread
-    }
-    if (ok == 0 && kind != kPython && logger != Py_None) {
-      PyObject* enabled = PyObject_CallMethodOneArg(logger, s_is_enabled_for, s_info_level);
-      ok = enabled == nullptr ? -1 : PyObject_IsTrue(enabled);
-      Py_XDECREF(enabled);
-    }
-    if (ok == 0 && kind != kPython) {
-      ok = PyDict_Check(handlers) ? PyDict_Contains(handlers, func) : 1;
-    }
-    if (ok == 0 && kind != kPython) {
-      PyObject* no_wrap = Py_NewRef(g_no_wrap);
-      ok = PySet_Contains(no_wrap, func);
-      Py_DECREF(no_wrap);
-    }
-    if (ok == 0 && kind != kPython) {
-      ok = only_own_types(cls, types) == 1 ? 0 : 1;
-    }
-    if (ok == 0 && kind != kWrap && kind != kWrapMetadata && kind != kPlain) {
-      ok = 1;  // a kind this file does not know: the Python path
-    }
-    if (ok == 0 && kind == kWrapMetadata) {
-      PyObject* rules = PyTuple_GET_ITEM(record, 5);
-      if (PyType_Check(klass) && (rules == Py_None || PyDict_Check(rules))) {
-        *carrier = Py_NewRef(klass);
-        *batch_rules = Py_NewRef(rules);
-      } else {
-        ok = 1;
-      }
-    }
-    kind = ok < 0 ? -1 : ok > 0 ? kPython : kind;
-  }
-  Py_DECREF(record);
-  return kind;
-}
-
-// How a walk over a call's arguments ended.
-enum class Walk { kDone, kPython, kError };
-
-// The walk over a call's arguments that torch.utils._pytree does for the Python path
-// (MetadataTensor.context, wrap_outputs): into exact lists and tuples (and the top level
-// of the keyword arguments), not into dicts; every tensor found is added to `tensors`.
-// kPython where the Python path would take apart a container this file does not (a
-// subclass of list or tuple, such as a named tuple; a type registered with pytree;
-// nesting deeper than 16) or, through a hostile __hash__ of a metaclass, an error.
-class ArgumentWalk {
- public:
-  explicit ArgumentWalk(Refs* tensors) : tensors_(tensors) {}
-
-  Walk call(PyObject* args, PyObject* kwargs) {
-    if (args != nullptr) {
-      const Walk w = sequence(args, 0);
-      if (w != Walk::kDone) return w;
-    }
-    if (kwargs != nullptr) {
-      Py_ssize_t pos = 0;
-      PyObject* key;
-      PyObject* value;
-      // (PyDict_Next stays within the dict's current entries if Python code changes it)
-      while (PyDict_Next(kwargs, &pos, &key, &value)) {
-        const Walk w = item(value, 0);
-        if (w != Walk::kDone) return w;
-      }
-    }
-    return Walk::kDone;
-  }
-
- private:
-  // seq: an exact tuple or list, held by the caller; an exact list is read afresh at each
-  // index, since Python code run meanwhile may have changed it.
-  Walk sequence(PyObject* seq, int depth) {
-    for (Py_ssize_t i = 0; i < Py_SIZE(seq); ++i) {
-      PyObject* x = PyTuple_CheckExact(seq) ? PyTuple_GET_ITEM(seq, i) : PyList_GET_ITEM(seq, i);
-      const Walk w = item(x, depth);
-      if (w != Walk::kDone) return w;
-    }
-    return Walk::kDone;
-  }
-
-  Walk item(PyObject* x, int depth) {
-    if (PyObject_TypeCheck(x, reinterpret_cast<PyTypeObject*>(g_tensor_type))) {
-      tensors_->add(x);
-      return Walk::kDone;
-    }
-    if (x == Py_None || PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyBool_Check(x) ||
-        PyUnicode_CheckExact(x) || PyDict_Check(x) || THPSize_Check(x)) {
-      return Walk::kDone;  // (a torch.Size holds ints only)
-    }
-    Py_INCREF(x);  // (held while it is looked at)
-    Walk w = Walk::kDone;
-    if (PyTuple_CheckExact(x) || PyList_CheckExact(x)) {
-      w = depth >= 16 ? Walk::kPython : sequence(x, depth + 1);
-    } else if (PyTuple_Check(x) || PyList_Check(x)) {
-      w = Walk::kPython;
-    } else {
-      PyObject* nodes = Py_NewRef(g_pytree_nodes);
-      const int node = PyDict_Contains(nodes, reinterpret_cast<PyObject*>(Py_TYPE(x)));
-      Py_DECREF(nodes);
-      w = node < 0 ? Walk::kError : node > 0 ? Walk::kPython : Walk::kDone;
-    }
-    Py_DECREF(x);
-    return w;
-  }
-
-  Refs* tensors_;
-};
-
-// func(*args, **kwargs) with __torch_function__ of subclasses disabled (args and kwargs
-// may be null). As Python's func(*args, **kwargs) does, func gets keyword arguments of
-// its own, a copy: the caller's dict may change while func runs Python code (an
-// argument's __index__), and torch's argument parser reads it without references.
-PyObject* call_plain(PyObject* func, PyObject* args, PyObject* kwargs) {
-  using at::impl::PythonTorchFunctionTLS;
-  using at::impl::TorchFunctionDisabledState;
-  PyObject* empty = nullptr;
-  if (args == nullptr) {
-    args = empty = PyTuple_New(0);
-    if (empty == nullptr) return nullptr;
-  }
-  PyObject* own_kwargs = nullptr;
-  if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) {
-    own_kwargs = PyDict_Copy(kwargs);
-    if (own_kwargs == nullptr) {
-      Py_XDECREF(empty);
-      return nullptr;
-    }
-  }
-  const TorchFunctionDisabledState old = PythonTorchFunctionTLS::get_disabled_state();
-  if (old == TorchFunctionDisabledState::ENABLED) {
-    PythonTorchFunctionTLS::set_disabled_state(TorchFunctionDisabledState::SUBCLASSES_DISABLED);
-  }
-  PyObject* result = PyObject_Call(func, args, own_kwargs);
-  PythonTorchFunctionTLS::set_disabled_state(old);
-  Py_XDECREF(own_kwargs);
-  Py_XDECREF(empty);
-  return result;
-}
 
 // Whether any weak reference to obj exists (a cache that holds it without owning it).
 bool weakly_held(PyObject* obj) {
@@ -357,8 +121,8 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
     return python_path(argv, argc);
   }
   PyObject* carrier = nullptr;
-  PyObject* batch_rules = nullptr;
-  const long kind = choose_kind(cls, func, types, &carrier, &batch_rules);
+  PyObject* batch_calls = nullptr;
+  const long kind = choose_kind(cls, func, types, &carrier, &batch_calls);
   if (kind < 0) return nullptr;
   if (kind == kPython) return python_path(argv, argc);
   if (kind == kPlain) return call_plain(func, args, kwargs);
@@ -369,7 +133,7 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
   const Walk walk = ArgumentWalk(&tensors).call(args, kwargs);
   if (walk != Walk::kDone) {
     Py_XDECREF(carrier);
-    Py_XDECREF(batch_rules);
+    Py_XDECREF(batch_calls);
     return walk == Walk::kError ? nullptr : python_path(argv, argc);
   }
   PyObject* context = Py_None;
@@ -384,11 +148,11 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
     context = read < 0 ? nullptr : carried.first != nullptr ? carried.first : PyDict_New();
     size = carried.size;
     int rule = 0;
-    if (context != nullptr && carried.batch && batch_rules != Py_None) {
-      const int keeps = PyDict_Contains(batch_rules, func);
+    if (context != nullptr && carried.batch && batch_calls != Py_None) {
+      const int keeps = PyDict_Contains(batch_calls, func);
       rule = keeps < 0 ? -1 : !keeps;
     }
-    Py_DECREF(batch_rules);
+    Py_DECREF(batch_calls);
     if (context == nullptr || rule != 0) {
       Py_XDECREF(context);
       Py_XDECREF(size);
@@ -454,13 +218,15 @@ PyObject* adopt_for_python(PyObject* /*module*/, PyObject* const* argv, Py_ssize
 }
 
 PyObject* setup(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t argc) {
-  if (argc != 5 || !PyType_Check(argv[0]) || !PyAnySet_Check(argv[1]) ||
-      !PyCallable_Check(argv[2]) || !PyDict_Check(argv[4])) {
+  if ((argc != 5 && argc != 6) || !PyType_Check(argv[0]) || !PyAnySet_Check(argv[1]) ||
+      !PyCallable_Check(argv[2]) || !PyDict_Check(argv[4]) ||
+      (argc == 6 && !PyType_Check(argv[5]))) {
     PyErr_SetString(PyExc_TypeError,
                     "wrapper_dispatch_setup(tensor_type, no_wrap: frozenset, wrap_outputs, "
-                    "overrides, pytree_nodes: dict)");
+                    "overrides, pytree_nodes: dict, record_type: type = <as before>)");
     return nullptr;
   }
+  if (argc == 6 && set_record_type(argv[5]) != 0) return nullptr;
   PyObject** slots[] = {&g_tensor_type, &g_no_wrap, &g_wrap_outputs, &g_overrides, &g_pytree_nodes};
   for (int i = 0; i < 5; ++i) {
     Py_INCREF(argv[i]);
@@ -483,8 +249,9 @@ PyMethodDef methods[] = {
      "cls in place (an exact torch.Tensor with no weak reference and no attributes, of a "
      "layout cls can take); the rule of the compiled path, for the Python path's results."},
     {"wrapper_dispatch_setup", reinterpret_cast<PyCFunction>(setup), METH_FASTCALL,
-     "wrapper_dispatch_setup(tensor_type, no_wrap, wrap_outputs, overrides, pytree_nodes): "
-     "what wrapper_torch_function needs from Python."},
+     "wrapper_dispatch_setup(tensor_type, no_wrap, wrap_outputs, overrides, pytree_nodes, "
+     "record_type=<as before>): what wrapper_torch_function needs from Python; record_type "
+     "is the class of the records (its fields are found by name)."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace
@@ -503,12 +270,10 @@ void add_wrapper_dispatch(pybind11::module_& m) {
     }
   }
   s_info_level = PyLong_FromLong(20);  // logging.INFO
-  if (s_info_level == nullptr || PyModule_AddFunctions(m.ptr(), methods) != 0) {
+  if (s_info_level == nullptr || PyModule_AddFunctions(m.ptr(), methods) != 0 ||
+      add_record_functions(m.ptr()) != 0) {
     throw pybind11::error_already_set();
   }
-  pybind11::dict kinds;
-  for (const auto& [name, kind] : kKindNames) kinds[name] = kind;
-  m.attr("wrapper_path_kinds") = kinds;
 }
 
 }  // namespace tensortools::python

@@ -5,8 +5,9 @@
 
 namespace tensortools::python {
 
-// Adds wrapper_torch_function, wrapper_adopt and wrapper_dispatch_setup to the module (see
-// tensortools/dispatch/wrapper.py for how they are used).
+// Adds wrapper_torch_function(_eager), wrapper_adopt, wrapper_dispatch_setup,
+// wrapper_path_of and wrapper_path_kinds to the module (see
+// tensortools/dispatch/compiled_path.py for how they are used).
 void add_wrapper_dispatch(pybind11::module_& m);
 
 }  // namespace tensortools::python

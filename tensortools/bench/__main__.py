@@ -33,6 +33,7 @@ from tensortools.bench import (
     sequence_rows,
 )
 from tensortools.bench.compare import compare, format_comparison, load_results
+from tensortools.bench.compiled import compiled_rows, format_compiled_table
 from tensortools.bench.options import build_parser, resolve
 from tensortools.bench.peers import BATCH, batch_rows, format_peer_table, peer_rows
 from tensortools.bench.per_sample import (
@@ -209,6 +210,12 @@ def main(argv: list[str] | None = None) -> int:
         print("\nMetadataTensor beside MONAI's MetaTensor (float32, CPU)")
         results["peers"] = peer_rows(min_run_time=args.min_run_time, rounds=args.rounds)
         print(format_peer_table(results["peers"]))
+        if not args.no_compile:
+            print(f"\nCompiled over batches of {BATCH}: MetadataTensor, MONAI, plain (CPU)")
+            results["peers_compiled"] = compiled_rows(
+                min_run_time=args.min_run_time, rounds=args.rounds, progress=progress
+            )
+            print(format_compiled_table(results["peers_compiled"]))
     bar.close()
     as_data = {
         key: [dataclasses.asdict(r) for r in value] if isinstance(value, list) else value

@@ -117,7 +117,7 @@ def dispatch_rows(
     return rows
 
 
-def _chain(t):
+def chain(t):
     # ten pointwise operations
     t = torch.sin(t) * 1.5
     t = t + 0.25
@@ -142,14 +142,14 @@ def compiled_chain_rows(
     inputs = {"plain Tensor": x, "MetadataTensor": MetadataTensor(x, {"k": 1})}
     graphs, measures = {}, {}
     for name, t in inputs.items():
-        compiled = torch.compile(_chain, fullgraph=True, backend=backend)
+        compiled = torch.compile(chain, fullgraph=True, backend=backend)
         counters.clear()
         compiled(t)  # compiles (fullgraph: a break would raise)
         graphs[name] = counters["stats"]["unique_graphs"]
         measures[name, "compiled chain"] = lambda f=compiled, t=t: time_call(
             lambda: f(t), min_run_time
         )
-        measures[name, "eager chain"] = lambda t=t: time_call(lambda: _chain(t), min_run_time)
+        measures[name, "eager chain"] = lambda t=t: time_call(lambda: chain(t), min_run_time)
     rows = []
     for (name, phase), p in interleaved(measures, rounds).items():
         count = graphs[name] if phase == "compiled chain" else None

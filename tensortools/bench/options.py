@@ -159,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--peers",
         action="store_true",
         help="also time MetadataTensor against MONAI's MetaTensor (per call, indexing a "
-        "batch, a batch's round trip; MONAI's rows need monai installed)",
+        "batch, a batch's round trip, and unless --no-compile a compiled chain and training "
+        "step over batches; MONAI's rows need monai installed)",
     )
     parser.add_argument(
         "--peers-only",

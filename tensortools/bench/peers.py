@@ -1,7 +1,7 @@
 """MetadataTensor against its peer, MONAI's ``MetaTensor``, side by side: the per-call
 cost of add, sin and conv2d, indexing a batch, and a batch's round trip (collate 16
 samples, a small conv model, one output per sample); and the calls on a batch of 16
-samples that issue 60 follows (:func:`batch_rows`). MONAI is optional: without it only
+samples (:func:`batch_rows`). MONAI is optional: without it only
 the plain and MetadataTensor rows are timed."""
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def batch_rows(
     threads: int | None = 1,
     progress: Callable[[str], None] | None = None,
 ) -> list[Row]:
-    """The calls on a batch whose cost issue 60 follows, against the same on plain
+    """The calls on a batch, against the same on plain
     tensors: ``torch.add(b, b)`` and ``F.conv2d(b, w, padding=1)`` (8 3x3 filters) on the
     collated :data:`BATCH` (a MetadataTensor batch with per-sample metadata; MONAI's where
     installed), and the batch's round trip of :func:`peer_rows`. All interleaved, on

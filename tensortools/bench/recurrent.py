@@ -4,8 +4,8 @@ GPU) over whole sequences, and the cell ``nn.LLTM`` against ``torch.nn.LSTMCell`
 training (forward and backward, the input needing no gradient, as a model's data) and
 inference (forward under ``torch.inference_mode()``). On a GPU the LLTM sequence runs twice:
 as it runs by default (its persistent kernels where the state fits) and as ``LLTM-loop``,
-the per-step loop (``TENSORTOOLS_LLTM_SEQUENCE=loop``). Times are compared with
-``nn.LSTM``'s (``nn.LSTMCell``'s for the cells) of the same case; GFLOP/s count each
+the per-step loop (``tensortools.ops.set_lltm_sequence_options(mode="loop")``). Times are
+compared with ``nn.LSTM``'s (``nn.LSTMCell``'s for the cells) of the same case; GFLOP/s count each
 layer's own gate products (the LLTM has 3 gate blocks per step, the LSTM 4, the GRU 3),
 against the machine's large-GEMM throughput measured in the same run."""
 
@@ -14,12 +14,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import os
 from collections.abc import Callable, Iterable
 
 import torch
 
-from tensortools import nn
+from tensortools import nn, ops
 from tensortools.bench.lltm_sequence import gemm_gflops, sequence_products
 from tensortools.bench.timing import interleaved, ratio_notes, sync, time_call, time_ratio
 
@@ -118,16 +117,11 @@ def _sequence_path(layer: str):
     if layer != LOOP:
         yield
         return
-    key = "TENSORTOOLS_LLTM_SEQUENCE"
-    before = os.environ.get(key)
-    os.environ[key] = "loop"
+    previous = ops.set_lltm_sequence_options(mode="loop")
     try:
         yield
     finally:
-        if before is None:
-            del os.environ[key]
-        else:
-            os.environ[key] = before
+        ops.set_lltm_sequence_options(**previous._asdict())
 
 
 def recurrent_rows(

@@ -6,7 +6,7 @@ overridable PyTorch API.
 by the fallback (``fallback``), or refused with a ``TypeError`` (``refused``). Where
 PyTorch's operator database (``op_db``, the sample inputs PyTorch tests itself with; it
 needs the ``expecttest`` package) has samples for a function, and the type says how it
-stands in for a sample (its :class:`~tensortools.coverage.spec.CoverageSpec`, registered
+stands in for a sample (its :class:`~tensortools.coverage.spec.TypeSpec`, registered
 with :func:`~tensortools.coverage.spec.register`),
 each sample is also run through the type and compared with the plain computation:
 ``correct``, ``wrong`` (a value, dtype or shape differs, or a result breaks the type's
@@ -43,6 +43,7 @@ _SOURCES = {
     "OUTCOMES": "classify",
     "SAMPLE_RESULTS": "samples",
     "CoverageSpec": "spec",
+    "TypeSpec": "spec",
     "register": "spec",
     "spec_for": "spec",
 }

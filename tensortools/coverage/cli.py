@@ -60,11 +60,7 @@ def register_make(cls: type, make: Callable[[torch.Tensor], Any]) -> None:
     """Register `make` (one tensor -> an instance, or None) as cls's stand-in for every
     tensor of a sample, for the coverage report and check_type's coverage hooks."""
 
-    def instance(_cls: type, tensor: torch.Tensor) -> Any:
-        x = make(tensor)
-        return tensor if x is None else x
-
-    register(cls, substitute=wrap_every_tensor, instance=instance)
+    register(cls, substitute=wrap_every_tensor, make=make)
 
 
 _DESCRIPTION = (
@@ -148,7 +144,7 @@ def _overhead(cls: type) -> str:
     from tensortools import testing
 
     try:
-        table = testing.overhead_report(cls, testing.options_from_coverage_hooks(cls)["make"])
+        table = testing.overhead_report(cls, testing.coverage_spec(cls).make)
     except TypeError as err:
         return f"{cls.__name__}: no per-call times: {err}"
     return f"{cls.__name__}: {table}"
@@ -221,12 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     for cls in types if args.check else []:
         result = testing.check_type(
-            cls,
+            testing.coverage_spec(cls),
             checks=checks,
             ops=ops,
             max_samples=args.max_samples,
             raise_on_failure=False,
-            **testing.options_from_coverage_hooks(cls),
         )
         print("\n" + result.summary())
         status = status or int(not result.passed)

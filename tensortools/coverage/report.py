@@ -18,7 +18,7 @@ from tensortools.coverage.samples import (
     op_db_size,
     sample_cases,
 )
-from tensortools.coverage.spec import CoverageSpec, spec_for
+from tensortools.coverage.spec import spec_for
 from tensortools.dispatch import TorchFunctionTable
 
 __all__ = ["FunctionCoverage", "CoverageReport", "report"]
@@ -70,10 +70,10 @@ class CoverageReport:
     type_name: str
     functions: list[FunctionCoverage]
     note: str = ""  # why samples were not run, if they were asked for and not run
-    #: what each outcome means for this type (see CoverageSpec.handled_means)
+    #: what each outcome means for this type (see TypeSpec.handled_means)
     means: dict[str, str] = dataclasses.field(default_factory=dict)
     max_samples: int = 0  # op_db samples per operator (0: none run)
-    #: whether the type registered a rule for its results (CoverageSpec.result_problem):
+    #: whether the type registered a rule for its results (TypeSpec.rule):
     #: without one, samples are judged by their values alone
     rule: bool = True
 
@@ -130,7 +130,7 @@ class CoverageReport:
         """What the counts leave out for a type that registered no rule for its results."""
         return (
             f"No rule registered for {self.type_name}'s results "
-            "(tensortools.coverage.spec.register(..., result_problem=...)): only values, "
+            "(tensortools.coverage.spec.register(..., rule=...)): only values, "
             "dtypes and shapes were compared; a result that loses the type or its state "
             "counts as correct here (tensortools.testing.check_type judges that)."
         )
@@ -179,7 +179,7 @@ class CoverageReport:
                 "Every sample was answered correctly."
                 if ran
                 else f"No op_db sample ran: {self.type_name} stands in for none of them "
-                "(see tensortools.coverage.spec.CoverageSpec.substitute).",
+                "(see tensortools.coverage.spec.TypeSpec.substitute).",
             ]
         if full:
             header = f"  {'function':<60} samples correct/wrong/refused/error"
@@ -266,7 +266,7 @@ def report(
 ) -> CoverageReport:
     """Classify every overridable function for `cls` (a type built on
     tensortools.dispatch) and, where op_db has samples and the type says how it stands in
-    for them (its CoverageSpec.substitute), check each sample's answer: of every op_db
+    for them (its TypeSpec.substitute), check each sample's answer: of every op_db
     entry, or of the entries named in `ops`."""
     if not (isinstance(cls, type) and issubclass(cls, TorchFunctionTable)):
         raise TypeError(
@@ -303,7 +303,7 @@ def report(
         note,
         _means(cls),
         max_samples if samples else 0,
-        spec_for(cls).result_problem is not CoverageSpec.result_problem,
+        spec_for(cls).rule is not None,
     )
 
 

@@ -109,7 +109,7 @@ def check_sample(
 ) -> SampleResult | None:
     """Run one sample of `op` (op_db entry `name`) through `cls` and compare with the
     plain computation; None when the type has no stand-in for the sample (see
-    its CoverageSpec), or the plain call itself fails."""
+    its TypeSpec), or the plain call itself fails."""
     spec = spec_for(cls)
     substituted = spec.substitute(cls, inp, args, kwargs)
     if substituted is None:
@@ -126,7 +126,9 @@ def check_sample(
         return SampleResult("refused", explain_refusal(cls, err))
     except Exception as err:
         return SampleResult("error", f"{type(err).__name__}: {str(err).splitlines()[0][:120]}")
-    problem = problem or spec.result_problem(cls, got)
+    rule = spec.rule_for(cls)
+    x = next((a for a in tensors_of(substituted) if isinstance(a, cls)), None)
+    problem = problem or (rule(x, got) if rule is not None else "")
     if problem:
         return SampleResult("wrong", problem)
     if (name or getattr(op, "__name__", "")) in UNDEFINED_VALUES:

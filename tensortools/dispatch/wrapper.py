@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -20,10 +20,13 @@ from torch.overrides import _is_torch_function_mode_enabled
 
 from tensortools._compiler import when_dynamo_loads
 from tensortools._native import C as _C
+from tensortools.dispatch import polyfills  # noqa: F401  (what torch.compile traces instead)
 from tensortools.dispatch.compiled_path import (
+    RECORD_INPUTS,
     WrapperPath,
     WrapperRecord,
     keeps_hooks,
+    record_of,
 )
 from tensortools.dispatch.results import (
     FRESH_RESULTS,
@@ -34,7 +37,6 @@ from tensortools.dispatch.results import (
     wrap_outputs,
 )
 from tensortools.dispatch.table import (
-    POLICY,
     TorchFunctionTable,
     is_python_operator,
     refusing_endless_recursion,
@@ -56,7 +58,29 @@ __all__ = [
 ]
 
 
-class TensorWrapper(TorchFunctionTable, Tensor):
+class _RecordedClass(type(Tensor)):
+    """The metaclass of wrapper types: a class's compiled-path record (``cls._fast``) is
+    built once the class is made (its body's settings adopted), and rebuilt, for it and its
+    subclasses, whenever a fact or hook it is built from is assigned or deleted."""
+
+    def __init__(cls, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cls._on_table_change()
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in RECORD_INPUTS:
+            with cls._registry_lock:
+                cls._on_settings_change()
+
+    def __delattr__(cls, name: str) -> None:
+        super().__delattr__(name)
+        if name in RECORD_INPUTS:
+            with cls._registry_lock:
+                cls._on_settings_change()
+
+
+class TensorWrapper(TorchFunctionTable, Tensor, metaclass=_RecordedClass):
     """Base for ``torch.Tensor`` subclasses whose results stay of their type.
 
     The fallback runs the torch function with subclass dispatch disabled (no unwrapping
@@ -74,48 +98,40 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     # "fallback" policy, with no setting overridden in the calling thread and no other
     # overriding type taking part, as the Python path would: the plain call, its results
     # wrapped. It reads one record per class, _fast (a WrapperRecord), which
-    # _on_table_change recomputes when the class is made, a handler is registered or a
-    # process-wide setting changes; a class whose hooks it does not know (its own context,
-    # wrap, fallback, ...) gets the kind PYTHON. (A hook assigned to a class after it was
-    # made is seen once cls._on_settings_change() is called.)
-    _fast: ClassVar[WrapperRecord] = WrapperRecord(WrapperPath.PYTHON, {}, None, None, None, None)
-
-    @classmethod
-    def _fast_kind(cls) -> WrapperPath:
-        """WRAP (results wrapped by TensorWrapper.wrap) when the class keeps
-        TensorWrapper's hooks, else PYTHON."""
-        return WrapperPath.WRAP if keeps_hooks(cls, TensorWrapper) else WrapperPath.PYTHON
-
-    @classmethod
-    def _fast_gates(cls) -> tuple:
-        """(logger, captures): while the logger is enabled for INFO, or the per-thread store
-        holds a value, calls take the Python path (None: no such gate)."""
-        return None, None
-
-    @classmethod
-    def _fast_carrier(cls) -> type | None:
-        """For WRAP_METADATA: the class whose instances among the arguments carry the
-        metadata results take (None: no such class)."""
-        return None
-
-    @classmethod
-    def _fast_batch_rules(cls) -> dict | None:
-        """For WRAP_METADATA: the functions whose calls with a batch among the carriers
-        may stay on the compiled path (None: batches are no concern of the type). See Note
-        [Batch rules] in docs/design.md."""
-        return None
+    # compiled_path.record_of builds from the facts below when the class is made, a fact
+    # or hook is assigned, a handler is registered or a process-wide setting changes. A
+    # subclass states its own facts as class attributes; the compiled path stands in for
+    # the hooks (context, wrap, fallback, call_plain, _python_torch_function) of the
+    # nearest class that states _fast_wrap, and a class that replaces one takes the Python
+    # path.
+    _fast: ClassVar[WrapperRecord] = WrapperRecord(kind=int(WrapperPath.PYTHON), handlers={})
+    #: how the common call's results are wrapped: WRAP (as the class, by
+    #: TensorWrapper.wrap), WRAP_METADATA (each with a copy of the metadata of the first
+    #: instance of _fast_carrier among the arguments), PLAIN (not at all), PYTHON (never
+    #: compiled)
+    _fast_wrap: ClassVar[WrapperPath] = WrapperPath.WRAP
+    #: (setting, value) pairs: the compiled path runs only while each setting's
+    #: process-wide value for the class is that value (else PYTHON)
+    _fast_requires: ClassVar[tuple] = ()
+    #: bool settings: while one's process-wide value for the class is False, PLAIN (in a
+    #: tuple, so that a setting, a descriptor, is not bound as this attribute)
+    _fast_switches: ClassVar[tuple] = ()
+    #: a logging.Logger, or None: while it is enabled for INFO, calls take the Python path
+    _fast_logger: ClassVar[Any] = None
+    #: a per-thread store (tensortools._settings.ThreadStore), or None: while it holds a
+    #: value in the calling thread, calls take the Python path
+    _fast_captures: ClassVar[Any] = None
+    #: for WRAP_METADATA, the class whose instances carry the metadata (None: the class
+    #: that states _fast_wrap)
+    _fast_carrier: ClassVar[type | None] = None
+    #: for WRAP_METADATA, the functions whose calls with a batch among the carriers may
+    #: stay on the compiled path (None: batches are no concern of the type). See Note
+    #: [Batch rules] in docs/design.md.
+    _fast_batch_calls: ClassVar[Mapping | None] = None
 
     @classmethod
     def _on_table_change(cls) -> None:
-        python = WrapperPath.PYTHON
-        try:
-            kind = cls._fast_kind() if POLICY.global_value(cls) == "fallback" else python
-            carrier, rules = cls._fast_carrier(), cls._fast_batch_rules()
-        except NameError:  # a base class of this package, during its own creation: its
-            kind, carrier, rules = python, None, None  # module computes the record later
-        if cls.__torch_dispatch__ is not torch._C._disabled_torch_dispatch_impl:
-            kind = python  # (its instances need the dispatch keys that only as_subclass sets)
-        cls._fast = WrapperRecord(int(kind), cls._handlers, *cls._fast_gates(), carrier, rules)
+        cls._fast = record_of(cls)
 
     @classmethod
     def _python_torch_function(cls, func, types, args=(), kwargs=None):
@@ -135,7 +151,8 @@ class TensorWrapper(TorchFunctionTable, Tensor):
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         # A Python frame around the compiled function, so that torch.compile, which cannot
-        # trace C, reaches a call of it and traces its Python stand-in instead (below).
+        # trace C, reaches a call of it and traces its Python stand-in instead
+        # (tensortools.dispatch.polyfills).
         return _wrapper_torch_function(cls, func, types, args, kwargs)
 
     @classmethod
@@ -275,13 +292,6 @@ class TensorWrapper(TorchFunctionTable, Tensor):
 _wrapper_torch_function = _C.wrapper_torch_function
 
 INSTANCE_WRAPS.add(TensorWrapper.wrap.__func__)
-TensorWrapper._on_settings_change()
-
-
-def _traced_torch_function(cls, func, types, args=(), kwargs=None):
-    # What torch.compile traces in place of the compiled path: the Python path. See Note
-    # [The compiled paths] ("Under torch.compile") in docs/design.md.
-    return cls._python_torch_function(func, types, args, kwargs)
 
 
 def _in_place_functions() -> set[Callable]:
@@ -314,9 +324,4 @@ def _dispatch_in_place_functions_under_compile() -> None:
         functions.update(_in_place_functions())
 
 
-@when_dynamo_loads
-def _register_with_dynamo() -> None:
-    torch.compiler.substitute_in_graph(_C.wrapper_torch_function, skip_signature_check=True)(
-        _traced_torch_function
-    )
-    _dispatch_in_place_functions_under_compile()
+when_dynamo_loads(_dispatch_in_place_functions_under_compile)

@@ -15,6 +15,15 @@ import importlib
 import tensortools._native  # noqa: F401  (registers torch.ops.tensortools)
 from tensortools.dispatch.results import FRESH_RESULTS
 
+# The LLTM sequence's CUDA path: a setting, not an operator (so not in __all__); importing
+# it reads its environment variables.
+from tensortools.ops._lltm_sequence_options import (  # noqa: F401
+    LLTM_SEQUENCE_MODES,
+    LLTMSequenceOptions,
+    lltm_sequence_options,
+    set_lltm_sequence_options,
+)
+
 #: The operator modules, one per operator family: each exports its entry points in its
 #: __all__, and they become tensortools.ops.<name> (adding an operator adds its module
 #: here, nothing else in this file).

@@ -6,12 +6,14 @@ import torch
 from torch import Tensor
 from torch.overrides import handle_torch_function
 
+from tensortools.dispatch.batch_rules import ALL, batch_rule
 from tensortools.ops._autograd import register
 from tensortools.ops._checks import check_number, check_tensors, overridden
 
 __all__ = ["axpby"]
 
 
+@batch_rule(rows=ALL)  # (a batch of x or y: elementwise)
 def axpby(x: Tensor, y: Tensor, alpha: float, beta: float) -> Tensor:
     """``alpha * x + beta * y`` in one pass. ``x`` and ``y`` have one floating dtype and
     broadcast as torch does; the result has their broadcast shape."""

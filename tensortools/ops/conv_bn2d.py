@@ -12,6 +12,7 @@ from torch import Tensor
 from torch.autograd import forward_ad
 from torch.overrides import handle_torch_function
 
+from tensortools.dispatch.batch_rules import batch_rule
 from tensortools.ops._autograd import (
     _LIB,
     below_autograd,
@@ -33,6 +34,7 @@ def _pair(fn_name: str, name: str, value: Any) -> tuple[int, int]:
     return values
 
 
+@batch_rule(rows=(0,), min_ndim=4)  # (a batch of N×C×H×W inputs)
 def fused_conv_bn2d(
     input: Tensor,
     weight: Tensor,

@@ -6,12 +6,14 @@ import torch
 from torch import Tensor
 from torch.overrides import handle_torch_function
 
+from tensortools.dispatch.batch_rules import batch_rule
 from tensortools.ops._autograd import loop_vmap, register, save
 from tensortools.ops._checks import check_tensors, overridden
 
 __all__ = ["graph_conv"]
 
 
+@batch_rule(rows=(0,), min_ndim=2)  # (a batch of adjacency rows)
 def graph_conv(adj: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``adj @ x @ weight + bias``, multiplying in the cheaper order for the shapes.
 

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 from torch.overrides import handle_torch_function
 
+from tensortools.dispatch.batch_rules import batch_rule
 from tensortools.ops._autograd import (
     _LIB,
     below_autograd,
@@ -26,6 +27,7 @@ _LLTM_ARGS = ("input", "weights", "bias", "old_h", "old_cell")
 _SEQUENCE_ARGS = ("input", "weights", "bias", "h0", "c0")
 
 
+@batch_rule(rows=(0, 3, 4), min_ndim=2)  # (a batch of input, old_h or old_cell rows)
 def lltm(
     input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor, old_cell: Tensor
 ) -> tuple[Tensor, Tensor]:
@@ -44,6 +46,8 @@ def lltm(
     return new_h, new_cell
 
 
+# (h_n and c_n have the rows of h0 and c0, whatever T; output's dim 0 is time)
+@batch_rule(rows=(3, 4), results=(1, 2))
 def lltm_sequence(
     input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -74,6 +78,7 @@ def lltm_sequence(
     return output, h_n, c_n
 
 
+@batch_rule(rows=(0, 3, 4), min_ndim=3)  # (the samples at dim 0 of every result)
 def lltm_sequence_batch_first(
     input: Tensor, weights: Tensor, bias: Tensor, h0: Tensor, c0: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 from torch.overrides import handle_torch_function
 
+from tensortools.dispatch.batch_rules import ALL, batch_rule
 from tensortools.ops._autograd import loop_or_fold, loop_vmap, register, save
 from tensortools.ops._checks import check_tensors, overridden
 
@@ -48,6 +49,7 @@ def _as_value(fn_name: str, value: Any, like: Tensor) -> Tensor:
         raise refuse(ValueError, f"got {value!r}") from err
 
 
+@batch_rule(rows=ALL)  # (a batch of matrices: row for row)
 def add_diagonal(input: Tensor, value: Any) -> Tensor:
     """``input + value * I`` for a square ``input`` (N×N, or a batch ``...×N×N``), in one
     pass. ``value`` is a number or a 0-d tensor; the result has ``input``'s dtype."""
@@ -57,6 +59,7 @@ def add_diagonal(input: Tensor, value: Any) -> Tensor:
     return _add_diagonal(input, _as_value("add_diagonal", value, input))
 
 
+@batch_rule(rows=ALL)
 def scale(input: Tensor, value: Any) -> Tensor:
     """``value * input`` in one pass. ``value`` is a number or a 0-d tensor; the result
     has ``input``'s shape and dtype."""

@@ -14,6 +14,7 @@ from torch import Tensor
 from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 
 from tensortools._samples import plain_values
+from tensortools._spec import TypeSpec
 from tensortools.testing.report import Failure, Unsupported
 from tensortools.testing.samples import Sample, tensor_leaves
 
@@ -56,6 +57,33 @@ class Run:
         self.copies: list[Failure] = []
         self._make_failed: set = set()
         self.made = 0  # instances `make` gave: none in a whole run is a failure
+        #: the type as check_type was given it
+        self.spec = TypeSpec(cls, make=make, densify=densify, rule=rule, reference=reference)
+        #: what the run asks for: its checks, functions (None: all), dtypes, samples
+        self.checks: tuple[str, ...] = ()
+        self.ops: tuple[str, ...] | None = None
+        self.dtypes: tuple[torch.dtype, ...] = (torch.float32,)
+        self.max_samples: int | None = 2
+        self.sample_hook: Callable | None = None
+        #: one step of the run's progress bar (a sample of a check done)
+        self.tick: Callable[[], None] = lambda: None
+
+    @classmethod
+    def of(cls, spec: TypeSpec, densify: Callable[[Any], Tensor]) -> Run:
+        """The run of a spec bound to its class (``make`` and ``rule`` given it)."""
+        run = cls(
+            spec.cls,
+            spec.make_for(spec.cls),
+            densify,
+            spec.reference,
+            spec.rule_for(spec.cls),
+            spec.settings,
+            spec.refusals,
+            spec.volatile_attrs,
+        )
+        run.spec = spec
+        run.structured = spec.densify is not None
+        return run
 
     def refused_call(self, err: BaseException) -> bool:
         """Whether err is one of the type's declared refusals."""

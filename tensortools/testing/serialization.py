@@ -164,5 +164,5 @@ def _save_load(x: Any) -> Any:
         raise _Refused(
             f"torch.load(weights_only=True) refuses {', '.join(unsafe)} (not an allowed "
             f"global): declare it with torch.serialization.add_safe_globals([{names}]), or to "
-            f"the kit with check_type(..., safe_globals=[{names}])"
+            f"the kit with TypeSpec(..., safe_globals=[{names}])"
         ) from err

@@ -18,7 +18,7 @@ from tensortools._compiler import when_dynamo_loads
 from tensortools._native import C as _C
 from tensortools._settings import ThreadStore, pop, push
 from tensortools.dispatch import TensorMethod, TensorWrapper
-from tensortools.dispatch.wrapper import WrapperPath, keeps_hooks
+from tensortools.dispatch.wrapper import WrapperPath
 
 __all__ = ["LoggingTensor", "CapturedLogs", "CallStats", "capture_logs", "LOGGER_NAME"]
 
@@ -71,14 +71,11 @@ class LoggingTensor(TensorWrapper):
 
     # -- dispatch: the compiled path of TensorWrapper (while nothing listens), and the
     # Python one, which logs ---------------------------------------------------------------
-
-    @classmethod
-    def _fast_kind(cls) -> WrapperPath:
-        return WrapperPath.WRAP if keeps_hooks(cls, LoggingTensor) else WrapperPath.PYTHON
-
-    @classmethod
-    def _fast_gates(cls) -> tuple:
-        return _logger, _CAPTURES  # a listener, or a capture in this thread: Python
+    # (stated here, so that the compiled path stands in for this class's hooks: a
+    # listener, or a capture in this thread, sends calls to the Python path)
+    _fast_wrap = WrapperPath.WRAP
+    _fast_logger = _logger
+    _fast_captures = _CAPTURES
 
     # Under torch.compile: a graph break per call, run and logged eagerly.
     # See Note [The compiled paths] in docs/design.md.
@@ -244,7 +241,6 @@ def capture_logs() -> Iterator[CapturedLogs]:
         pop(_CAPTURES, "logs", marker)
 
 
-LoggingTensor._on_settings_change()  # (its record, now that the class exists)
 torch.serialization.add_safe_globals([LoggingTensor])
 
 

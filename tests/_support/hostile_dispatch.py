@@ -235,12 +235,7 @@ class HookLogger(logging.Logger):
 class Gated(TensorWrapper):
     """A user type whose compiled path asks a hostile logger first."""
 
-    @classmethod
-    def _fast_gates(cls):
-        return HookLogger("hostile"), None
-
-
-Gated._on_settings_change()
+    _fast_logger = HookLogger("hostile")
 
 
 class PairProperty(ScalarTensor):

@@ -18,6 +18,7 @@ import torch
 from conftest import DEVICES
 
 from _support import tiers
+from _support.op_records import AutocastUnit, CompileCall, ErrorCall, Transform
 
 T = torch.ops.tensortools
 D = torch.float64
@@ -129,6 +130,19 @@ class OperatorTests:
     - ``no_derivative``: raw operator name -> the error (a regex, naming the operator)
       differentiating it raises, in reverse and forward mode, for the operators no sample
       differentiates (backward kernels, in-place updates, inference-only forms).
+
+    and, for the sweeps over every operator (``_support/op_records.py``), its cases:
+
+    - ``error_calls``: case name (the public entry point, ``(form)`` after it where it has
+      several) -> :class:`ErrorCall`, its hostile arguments (tests/test_ops_errors.py);
+    - ``raw_accepts``: raw operator name -> argument -> the hostile variants it takes;
+    - ``autocast``: case name -> :class:`AutocastUnit`, against the plain pair under
+      autocast (tests/test_ops_autocast.py); or ``autocast_elsewhere``: public entry point
+      -> (the test file that covers it, what that file calls);
+    - ``compile_calls``: public entry point -> :class:`CompileCall`, over a MetadataTensor
+      under torch.compile (tests/test_compile.py);
+    - ``transforms``: case name -> :class:`Transform`, torch.func and forward-mode AD
+      against the reference (tests/test_ops_func.py).
     """
 
     builders: dict[str, Callable] = {}
@@ -138,6 +152,12 @@ class OperatorTests:
     tolerance: float = 4.0
     nondet_tol: dict[str, float] = {}
     no_derivative: dict[str, str] = {}
+    error_calls: dict[str, ErrorCall] = {}
+    raw_accepts: dict[str, dict[str, frozenset[str]]] = {}
+    autocast: dict[str, AutocastUnit] = {}
+    autocast_elsewhere: dict[str, tuple[str, str]] = {}
+    compile_calls: dict[str, CompileCall] = {}
+    transforms: dict[str, Transform] = {}
 
     @classmethod
     def sample_inputs(

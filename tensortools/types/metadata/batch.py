@@ -5,8 +5,9 @@ A MetadataTensor made by collation (``default_collate``, hence any ``DataLoader`
 samples along dim 0, and each value of its metadata holds one entry per sample (a list,
 or a tensor whose rows are the samples'). Calls that take a batch apart along dim 0 give
 each piece its samples' metadata; ``torch.cat`` of batches along dim 0 joins them (the
-rule of every other call is :mod:`~tensortools.types.metadata.batch_rule`'s table; how
-batches are built, :mod:`~tensortools.types.metadata.collation`).
+verdicts of every other call are :mod:`~tensortools.types.metadata.batch_rule`'s; how
+batches are built, :mod:`~tensortools.types.metadata.collation`). Each rule is registered
+by ``MetadataTensor.batch_rule`` beside it, in the function's one record.
 
 Where the rules run: See Note [Batch rules] in docs/design.md.
 """
@@ -22,6 +23,9 @@ from torch import Tensor
 
 from tensortools.dispatch.binding import argument
 from tensortools.types.metadata.batch_index import MIXED, Selection, index_selection
+from tensortools.types.metadata.batch_settle import give as give_samples
+from tensortools.types.metadata.batch_settle import size_after
+from tensortools.types.metadata.batch_verdict import plain_shape
 from tensortools.types.metadata.dicts import (
     check_batch,
     check_same_keys,
@@ -29,60 +33,18 @@ from tensortools.types.metadata.dicts import (
     same_value,
     stackable,
 )
-from tensortools.types.metadata.results import batch_size_of, take_metadata
-from tensortools.types.metadata.tensor import BATCH_RULES, MetadataTensor
+from tensortools.types.metadata.results import batch_size_of, samples_of, take_metadata
+from tensortools.types.metadata.tensor import MetadataTensor
 
 __all__ = ["give", "is_dim0", "plain_shape"]
-
-
-def plain_shape(t: Tensor) -> torch.Size:
-    """t's shape, read without a call through __torch_function__ (a batch's own calls
-    would come back here)."""
-    with torch._C.DisableTorchFunctionSubclass():
-        return t.shape
-
-
-def _select(metadata: dict, selection: Selection) -> dict:
-    """Each value's entries for `selection` (one sample's value for an int)."""
-    if selection is None:
-        return metadata
-    out = {}
-    for key, value in metadata.items():
-        if isinstance(selection, int):
-            out[key] = value[selection]
-        elif isinstance(selection, slice):
-            out[key] = list(value[selection]) if isinstance(value, tuple) else value[selection]
-        elif isinstance(value, Tensor):
-            out[key] = value[torch.tensor(selection, dtype=torch.long, device=value.device)]
-        else:
-            out[key] = [value[i] for i in selection]
-    return out
-
-
-def _count(size: int, selection: Selection) -> int | None:
-    """The batch size a selection leaves (None for one sample)."""
-    if selection is None:
-        return size
-    if isinstance(selection, int):
-        return None
-    if isinstance(selection, slice):
-        return len(range(size)[selection])
-    return len(selection)
 
 
 def give(result: Any, metadata: dict, size: int, selection: Selection, new: bool = False) -> None:
     """Set a result of a batch's call to the samples of `selection` of the batch's
     `metadata` (of `size` samples); anything but a MetadataTensor is left as it is. new:
     the result was just made (it has no batch size to clear)."""
-    if not isinstance(result, MetadataTensor):
-        return
-    if type(selection) is int:  # (one sample, the common case)
-        sample = {}
-        for key, value in metadata.items():  # (a loop: a comprehension costs a call)
-            sample[key] = value[selection]
-        take_metadata(result, sample, None, new)
-        return
-    take_metadata(result, _select(metadata, selection), _count(size, selection), new)
+    if isinstance(result, MetadataTensor):
+        give_samples(result, metadata, size, selection, new)
 
 
 # -- which samples a call takes -------------------------------------------------------
@@ -137,18 +99,19 @@ def _checked(batch: Any, what: str = "batch") -> tuple[dict, int, int] | None:
     size = batch_size_of(batch)
     if size is None:
         return None
-    metadata = metadata_of(batch) or {}
+    metadata = metadata_of(batch, {})
     shape = plain_shape(batch)
     check_batch(metadata, size, shape[0] if shape else 0, what)
     return metadata, size, len(shape)
 
 
+@MetadataTensor.batch_rule(Tensor.__getitem__, apart=True)
 def _getitem(cls, func, types, args, kwargs):
     batch = args[0]
     size = batch_size_of(batch)
     if size is None:
         return NotImplemented
-    metadata = metadata_of(batch) or {}
+    metadata = metadata_of(batch, {})
     index = args[1] if len(args) == 2 else argument(func, args, kwargs, 1, None)
     # (the common case, without the fallback's walks over the arguments and results:
     # indexing writes nothing and returns one new view)
@@ -170,6 +133,7 @@ def _getitem(cls, func, types, args, kwargs):
     return out
 
 
+@MetadataTensor.batch_rule(Tensor.__setitem__, runs=True)
 def _setitem(cls, func, types, args, kwargs):
     """``b[index] = value`` with a MetadataTensor value: b stays a batch only where the
     rows written hold the samples they are written over (``b[m] = b[m] * 2``,
@@ -182,7 +146,7 @@ def _setitem(cls, func, types, args, kwargs):
     theirs = metadata_of(value) if isinstance(value, MetadataTensor) else None
     if size is None or not theirs:  # (no labels to compare: a plain value)
         return NotImplemented
-    metadata = metadata_of(batch) or {}
+    metadata = metadata_of(batch, {})
     selection = index_selection(
         argument(func, args, kwargs, 1, None), size, len(plain_shape(batch))
     )
@@ -190,15 +154,20 @@ def _setitem(cls, func, types, args, kwargs):
     if selection is MIXED:
         same = False
     else:
-        want = _select(metadata, selection)
+        want = samples_of(metadata, selection)
         same = (
-            batch_size_of(value) == _count(size, selection)
+            batch_size_of(value) == size_after(size, selection)
             and want.keys() == theirs.keys()
             and all(same_value(want[k], theirs[k]) for k in want)
         )
     if not same:
         take_metadata(batch, None, None, False)
     return out
+
+
+def _both(names: str) -> list[Callable]:
+    """The torch functions and the Tensor methods of `names`."""
+    return [getattr(ns, name) for name in names.split() for ns in (torch, Tensor)]
 
 
 def _taking_apart(pick: Callable) -> Callable:
@@ -220,6 +189,7 @@ def _taking_apart(pick: Callable) -> Callable:
     return rule
 
 
+@MetadataTensor.batch_rule(*_both("unbind split chunk tensor_split"), apart=True)
 @_taking_apart
 def _pieces(func, args, kwargs, out, size, ndim):
     """unbind, split, chunk, tensor_split along dim 0: each piece its samples."""
@@ -229,6 +199,7 @@ def _pieces(func, args, kwargs, out, size, ndim):
     return list(zip(out, _split_selections(func, args, kwargs, out, size) or []))
 
 
+@MetadataTensor.batch_rule(*_both("select"), apart=True)
 @_taking_apart
 def _select_rule(func, args, kwargs, out, size, ndim):
     if not is_dim0(argument(func, args, kwargs, 1, None), ndim):
@@ -236,6 +207,7 @@ def _select_rule(func, args, kwargs, out, size, ndim):
     return [(out, operator.index(argument(func, args, kwargs, 2, 0)) % size)]
 
 
+@MetadataTensor.batch_rule(*_both("narrow"), apart=True)
 @_taking_apart
 def _narrow(func, args, kwargs, out, size, ndim):
     if not is_dim0(argument(func, args, kwargs, 1, None), ndim):
@@ -245,6 +217,7 @@ def _narrow(func, args, kwargs, out, size, ndim):
     return [(out, slice(start, start + length))]
 
 
+@MetadataTensor.batch_rule(*_both("index_select"), apart=True)
 @_taking_apart
 def _index_select(func, args, kwargs, out, size, ndim):
     if not is_dim0(argument(func, args, kwargs, 1, None), ndim):
@@ -253,12 +226,14 @@ def _index_select(func, args, kwargs, out, size, ndim):
     return [(out, [i % size for i in index.reshape(-1).tolist()])]
 
 
+@MetadataTensor.batch_rule(Tensor.__iter__, apart=True)
 def _iterate(cls, func, types, args, kwargs):
     if batch_size_of(args[0]) is None:
         return NotImplemented
     return iter(args[0].unbind(0))
 
 
+@MetadataTensor.batch_rule(Tensor.grad.__get__, runs=True)
 def _grad(cls, func, types, args, kwargs):
     """A batch leaf's gradient is a batch too: the same samples, the same metadata (an
     alias of the gradient autograd accumulated, made at each access)."""
@@ -270,10 +245,11 @@ def _grad(cls, func, types, args, kwargs):
     if type(grad) is not Tensor or grad.dim() == 0 or grad.shape[0] != size:
         return grad
     out = grad.as_subclass(cls)  # (a batch whose metadata went wrong still has a gradient)
-    take_metadata(out, metadata_of(batch) or {}, size, True)
+    take_metadata(out, metadata_of(batch, {}), size, True)
     return out
 
 
+@MetadataTensor.batch_rule(torch.cat, torch.concat, torch.concatenate, join=True)
 def _cat(cls, func, types, args, kwargs):
     """torch.cat of batches along dim 0: the joined batch. A batch joined with anything
     that is not one is refused; along other dims the merge policy applies."""
@@ -325,22 +301,14 @@ def _join(values: list) -> Any:
     return [x for v in values for x in v]
 
 
-BATCH_RULES.update(
-    {
-        Tensor.__getitem__: _getitem,
-        Tensor.__setitem__: _setitem,
-        Tensor.__iter__: _iterate,
-        Tensor.grad.__get__: _grad,
-        torch.cat: _cat,
-        torch.concat: _cat,
-        torch.concatenate: _cat,
-        **{
-            f: _pieces
-            for name in ("unbind", "split", "chunk", "tensor_split")
-            for f in (getattr(torch, name), getattr(Tensor, name))
-        },
-        **{f: _select_rule for f in (torch.select, Tensor.select)},
-        **{f: _narrow for f in (torch.narrow, Tensor.narrow)},
-        **{f: _index_select for f in (torch.index_select, Tensor.index_select)},
-    }
-)
+def _set_(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    """``Tensor.set_``, which torch runs without ``__torch_function__``: a batch whose data
+    it replaces holds no known samples any more (as after ``resize_``), so it is one
+    tensor, with its metadata whole."""
+    out = Tensor.set_(self, *args, **kwargs)
+    if batch_size_of(self) is not None:
+        take_metadata(self, None, None, False)
+    return out
+
+
+MetadataTensor.set_ = _set_

@@ -13,7 +13,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tensortools.types.metadata.batch import plain_shape
 from tensortools.types.metadata.batch_verdict import (
     ALL,
     DROP,
@@ -23,6 +22,7 @@ from tensortools.types.metadata.batch_verdict import (
     dim_of,
     dims_of,
     kept_rows,
+    plain_shape,
 )
 
 __all__ = [

@@ -1,7 +1,7 @@
-"""Which calls keep a MetadataTensor batch: the rule, as one table.
+"""Which of torch's calls keep a MetadataTensor batch: their records in the batch registry.
 
 A call whose first metadata-carrying argument is a batch (see
-:mod:`tensortools.types.metadata.batch`) gives batches only where this table knows that a
+:mod:`tensortools.types.metadata.batch`) gives batches only where its record knows that a
 result's dim 0 holds the samples:
 
 - in their order (``keep``): elementwise calls, reductions and scans over other dims,
@@ -18,16 +18,18 @@ whose source's rows go to other rows. In-place forms are judged as their out-of-
 forms (``batch_settle``).
 
 Every other call drops the batch: its results keep the batch's metadata whole (one entry
-per sample) with ``batch_size`` None. So does a call the table lists when its arguments
+per sample) with ``batch_size`` None. So does a call with a record when its arguments
 leave the rule's ground (``torch.flip(b, [0])`` of a 2-D batch is a permutation, a
 ``torch.sort(b, dim=0)`` of one sorts each column apart and mixes the samples). A rule
 reads only shapes and arguments, never a coincidence of sizes: ``b.T`` of a square batch
 is not a batch.
 
-The calls in ``SAME`` (shape-preserving calls of one tensor) keep the batch whatever
-their arguments, so the compiled path may run them; every other call with a batch
-reaches ``metadata.batch_settle`` on the Python path. See Note [Batch rules] in
-docs/design.md.
+Each row is one record of the batch registry (:mod:`tensortools.dispatch.batch_rules`),
+registered by ``MetadataTensor.batch_rule``: the shape-preserving calls of one tensor
+(``keep=True``) keep the batch whatever their arguments, so the compiled path may run
+them; every other call with a batch reaches ``metadata.batch_settle`` on the Python path.
+tensortools' own operators register their rows beside them (``tensortools/ops``). See
+Note [Batch rules] in docs/design.md.
 
 Its words (the call, the verdicts, the kinds of rule) are those of ``batch_verdict``,
 its rules for calls that move dims or rows those of ``batch_moves``.
@@ -42,8 +44,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from tensortools import ops
-from tensortools.ops.lltm import lltm_sequence_batch_first
 from tensortools.types.metadata.batch_moves import (
     flip,
     flipud,
@@ -85,22 +85,18 @@ from tensortools.types.metadata.batch_verdict import (
     over_dims,
     quantile,
     row_major,
-    same,
     unchanged,
     where,
     written,
 )
 from tensortools.types.metadata.dicts import same_value
 from tensortools.types.metadata.results import batch_size_of
-from tensortools.types.metadata.tensor import (
-    BATCH_CALLS,
-    BATCH_RULES,
-)
+from tensortools.types.metadata.tensor import MetadataTensor
 
-__all__ = ["DROP", "KEEP", "RULES", "SAME", "functions_for_the_compiled_path"]
+__all__ = ["DROP", "KEEP"]
 
 
-# -- the rules of calls on several batches or of tensortools.ops ---------------------------
+# -- the rules of calls on several batches ---------------------------------------------------
 
 
 def _cat(call: Call) -> Any:
@@ -130,20 +126,7 @@ def _stack(call: Call) -> Any:
     return kept_rows(call, rows=ALL)
 
 
-def _sequence(call: Call) -> Any:
-    """ops.lltm_sequence (input T×B×F): h_n and c_n (its last results) have the rows of
-    h0 and c0, whatever T; output's dim 0 is time. An input batch's rows are steps, which
-    the recurrence mixes."""
-    if call.batch is not argument_of(call, 3) and call.batch is not argument_of(call, 4):
-        return DROP
-    if len(call.results) < 3:  # (a result that is an argument: not the operator's own)
-        return DROP
-    *_, h_n, c_n = call.results
-    state = kept_rows(call, rows=(3, 4), results=[h_n, c_n])
-    return [state if t is h_n or t is c_n else DROP for t in call.results]
-
-
-# -- the table: function -> rule ----------------------------------------------------------
+# -- the records: functions -> rule ---------------------------------------------------------
 
 _TORCH = (torch, Tensor)
 _NN = (F,)
@@ -178,18 +161,13 @@ randn_like randint_like tril triu polygamma mvlgamma frexp fliplr __neg__ __abs_
 __invert__ __pos__ dropout alpha_dropout feature_alpha_dropout dropout1d dropout2d
 dropout3d
 """
-SAME: dict[Callable, Callable] = dict.fromkeys(
-    [*_resolve(_SAME_NAMES, (*_TORCH, *_NN, torch.special)), *_getters("real imag data")],
-    same,
+MetadataTensor.batch_rule(
+    *_resolve(_SAME_NAMES, (*_TORCH, *_NN, torch.special)), *_getters("real imag data"), keep=True
 )
 
-#: Every other rule.
-RULES: dict[Callable, Callable] = {}
 
-
-def _add(names: str, rule: Callable, namespaces: Iterable = _TORCH) -> None:
-    for f in _resolve(names, namespaces):
-        RULES[f] = rule
+def _add(names: str, rule: Any, namespaces: Iterable = _TORCH) -> None:
+    MetadataTensor.batch_rule(*_resolve(names, namespaces))(rule)
 
 
 _add(
@@ -208,7 +186,8 @@ _add(
 )
 _add("where", where)
 _add("cat concat concatenate", _cat)
-_add("stack", _stack)
+# (along dim 0: the class's handler of metadata.collation)
+MetadataTensor.batch_rule(*_resolve("stack", _TORCH), by_handler=True)(_stack)
 _add(
     """mse_loss l1_loss smooth_l1_loss huber_loss binary_cross_entropy
     binary_cross_entropy_with_logits soft_margin_loss kl_div poisson_nll_loss
@@ -263,8 +242,8 @@ _add("transpose swapaxes swapdims", leading(front_after_transpose))
 _add("movedim moveaxis", leading(front_after_movedim))
 _add("adjoint", leading(front_after_matrix_transpose))
 _add("t", leading(front_after_t))
-RULES.update(dict.fromkeys(_getters("mT mH"), leading(front_after_matrix_transpose)))
-RULES.update(dict.fromkeys(_getters("T H"), leading(front_after_t)))
+MetadataTensor.batch_rule(*_getters("mT mH"))(leading(front_after_matrix_transpose))
+MetadataTensor.batch_rule(*_getters("T H"))(leading(front_after_t))
 _add("diagonal", leading(front_after_diagonal))
 _add("diag_embed", leading(front_after_diag_embed))
 
@@ -326,29 +305,3 @@ _add(
     _NN,
 )
 _add("scaled_dot_product_attention", operand((0, 1, 2), 3), _NN)
-
-
-RULES.update(
-    {
-        ops.lltm: operand((0, 3, 4), 2),
-        ops.axpby: elementwise,
-        ops.scale: elementwise,
-        ops.add_diagonal: elementwise,
-        ops.graph_conv: operand((0,), 2),
-        ops.fused_conv_bn2d: operand((0,), 4),
-        ops.lltm_sequence: _sequence,
-        lltm_sequence_batch_first: operand((0, 3, 4), 3),
-    }
-)
-
-
-def functions_for_the_compiled_path(structural: Iterable[Callable]) -> set[Callable]:
-    """The functions whose calls with a batch the compiled path may run itself, keeping the
-    batch: ``SAME``, less the `structural` rules' (taking batches apart, joining them).
-    See Note [Batch rules] in docs/design.md."""
-    return set(SAME) - set(structural)
-
-
-# The calls the compiled path may keep batches through itself (metadata.batch_settle
-# registers the table's rule for the others).
-BATCH_CALLS.update(dict.fromkeys(functions_for_the_compiled_path(BATCH_RULES)))

@@ -1,7 +1,7 @@
 """The words the batch rule (:mod:`~tensortools.types.metadata.batch_rule`) is written in:
 a call with a batch among its arguments (:class:`Call`), the verdicts on its results
 (``KEEP``, ``DROP``, or the sample each row holds), how a rule reads the call's arguments
-and dims, and the kinds of rule its table is made of (elementwise, over dims, batched
+and dims, and the kinds of rule its records are made of (elementwise, over dims, batched
 from a number of dims, dim 0 kept in front)."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ import operator
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import torch
 from torch import Tensor
 
+from tensortools.dispatch.batch_rules import ALL, DROP, KEEP, KEEPS, Rows
 from tensortools.dispatch.binding import argument
-from tensortools.types.metadata.batch import plain_shape
 from tensortools.types.metadata.dicts import metadata_of, same_metadata
 from tensortools.types.metadata.results import batch_size_of
 
@@ -37,32 +38,27 @@ __all__ = [
     "of_input",
     "operand",
     "over_dims",
+    "plain_shape",
     "quantile",
     "row_major",
-    "same",
+    "rows_verdict",
     "same_samples",
     "unchanged",
+    "verdict_of",
     "where",
     "written",
 ]
 
 
-#: A verdict: every row of the result is the sample of the same row of the batch.
-KEEP = None
+# (the verdicts KEEP, DROP and a list of ints, the sample each row holds, and ALL, every
+# tensor argument's rows, are the registry's: tensortools.dispatch.batch_rules)
 
 
-class _Drop:
-    def __repr__(self) -> str:
-        return "DROP"
-
-
-#: A verdict: the result is not a batch (its metadata is the batch's, whole).
-DROP = _Drop()
-
-# (a list of ints is the third kind of verdict: row r holds sample list[r])
-
-#: Rows: every tensor argument's rows are the result's (broadcast, as elementwise calls).
-ALL = None
+def plain_shape(t: Tensor) -> torch.Size:
+    """t's shape, read without a call through __torch_function__ (a batch's own calls
+    would come back here)."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return t.shape
 
 
 class Call(NamedTuple):
@@ -114,7 +110,7 @@ def same_samples(a: Tensor, b: Tensor) -> bool:
         return True
     if batch_size_of(a) != batch_size_of(b):
         return False
-    return same_metadata(metadata_of(a) or {}, metadata_of(b) or {})
+    return same_metadata(metadata_of(a, {}), metadata_of(b, {}))
 
 
 def _tensors(value: Any) -> list:
@@ -164,12 +160,6 @@ def kept_rows(
 
 
 # -- the kinds of rule ------------------------------------------------------------------
-
-
-def same(call: Call) -> Any:
-    """A call of one tensor whose result has its shape, element by element or row by row
-    (``exp``, ``relu``, ``clone``, ``tril``, ``dropout``)."""
-    return KEEP
 
 
 def elementwise(call: Call) -> Any:
@@ -313,19 +303,40 @@ def matmul(first: int) -> Callable:
     return rule
 
 
-def operand(positions: tuple, min_ndim: int = 1) -> Callable:
+def operand(positions: tuple, min_ndim: int = 1) -> Rows:
     """A call whose result's rows are those of its arguments at `positions` (``addmm``'s
     input and mat1, not mat2; ``F.linear``'s input, not its weight): KEEP where the
-    batch is one of them with at least `min_ndim` dims."""
+    batch is one of them with at least `min_ndim` dims (a declared verdict: Rows)."""
+    return Rows(positions, min_ndim)
 
-    def rule(call: Call) -> Any:
-        if call.ndim < min_ndim or not any(argument_of(call, p) is call.batch for p in positions):
-            return DROP
+
+def rows_verdict(rows: Rows, call: Call) -> Any:
+    """The verdict of declared rows (:class:`~tensortools.dispatch.batch_rules.Rows`)."""
+    positions = rows.positions
+    if positions is ALL:
+        return elementwise(call)
+    if call.ndim < rows.min_ndim or not any(argument_of(call, p) is call.batch for p in positions):
+        return DROP
+    if rows.results is None:
         return kept_rows(call, rows=positions)
+    if len(call.results) <= max(rows.results):  # (a result that is an argument: not its own)
+        return DROP
+    kept = [call.results[i] for i in rows.results]
+    state = kept_rows(call, rows=positions, results=kept)
+    return [state if any(t is k for k in kept) else DROP for t in call.results]
 
-    rule.__name__ = f"operand({positions}, {min_ndim})"
-    return rule
+
+def verdict_of(rule: Any, call: Call) -> Any:
+    """The verdict of a record's rule on `call` (None: DROP; KEEPS: KEEP; declared rows; or
+    the rule called)."""
+    if rule is KEEPS:
+        return KEEP
+    if rule is None:
+        return DROP
+    if type(rule) is Rows:
+        return rows_verdict(rule, call)
+    return rule(call)
 
 
 def cdist(call: Call) -> Any:
-    return operand((0,), 2)(call) if call.ndim == 2 else batched(3)(call)
+    return rows_verdict(operand((0,), 2), call) if call.ndim == 2 else batched(3)(call)

@@ -34,7 +34,7 @@ def _samples_metadata(items: Sequence, who: str) -> list[dict]:
     """Each sample's metadata (a plain tensor's: none); ValueError unless every sample
     has the same keys. Samples that are batches (a stack of batches: a batch of steps,
     each step one of them) must all be, each holding its samples' metadata."""
-    dicts = [dict(metadata_of(t) or {}) if isinstance(t, MetadataTensor) else {} for t in items]
+    dicts = [dict(metadata_of(t, {})) if isinstance(t, MetadataTensor) else {} for t in items]
     sizes = [batch_size_of(t) for t in items]
     if any(size is not None for size in sizes):
         for i, size in enumerate(sizes):
@@ -188,11 +188,11 @@ def _samples(flat_in_dims: list, flat_args: list, batch_size: int) -> MetadataTe
     first = batches[0][0]
     if not TRACKING.value_for(type(first)) or batch_size_of(first) != batch_size:
         return None
-    labels = metadata_of(first) or {}
+    labels = metadata_of(first, {})
     for arg, in_dim in batches:
         # (a batch mapped over another dim, or passed whole, puts its samples into every
         # row; a batch of other samples labels the rows otherwise: no row is one sample's)
-        if in_dim != 0 or not same_metadata(metadata_of(arg) or {}, labels):
+        if in_dim != 0 or not same_metadata(metadata_of(arg, {}), labels):
             return None
     return first
 
@@ -205,7 +205,7 @@ def _label(out: Any, out_dims: Any, batch: MetadataTensor, batch_size: int) -> A
     else:
         dims = _broadcast_to_and_flatten(out_dims, spec)
     cls = type(batch)
-    labels = metadata_of(batch) or {}
+    labels = metadata_of(batch, {})
     labelled = [
         _as_batch(cls, leaf, labels, batch_size)
         if isinstance(leaf, Tensor) and _at_dim_0(leaf, dim)
@@ -221,7 +221,7 @@ def _as_batch(cls: type, result: Tensor, labels: dict, batch_size: int) -> Tenso
     if (
         isinstance(result, MetadataTensor)
         and batch_size_of(result) == batch_size
-        and same_metadata(metadata_of(result) or {}, labels)
+        and same_metadata(metadata_of(result, {}), labels)
     ):
         return result  # (an input itself, returned by the identity: labelled already)
     # A fresh alias of another type's result (a parameter's subclass, say).

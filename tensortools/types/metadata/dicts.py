@@ -10,6 +10,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from tensortools.types.metadata.results import traced_metadata
+
 __all__ = [
     "MERGE_POLICIES",
     "MergePolicy",
@@ -66,10 +68,16 @@ def check_batch(metadata: dict, size: int, rows: int | None = None, what: str = 
             )
 
 
-def metadata_of(tensor: Tensor) -> dict | None:
-    """A MetadataTensor's metadata dict, or None where it has none (a tensor made a
-    MetadataTensor by other means, such as as_subclass, has no dict yet)."""
-    return getattr(tensor, "metadata", None)  # (not __dict__, which torch.compile refuses)
+def metadata_of(tensor: Tensor, default: Any = None) -> Any:
+    """A MetadataTensor's metadata dict, or `default` where it has none (a tensor made a
+    MetadataTensor by other means, such as as_subclass, has no dict yet). Write
+    ``metadata_of(t, {})``, not ``metadata_of(t) or {}``: traced, the truth of a dict
+    reads its values, and dynamo would guard the graph on them."""
+    if torch.compiler.is_compiling():  # (a result of the graph holds its dict by reference)
+        metadata = traced_metadata(tensor)
+    else:
+        metadata = getattr(tensor, "metadata", None)  # (not __dict__, which dynamo refuses)
+    return default if metadata is None else metadata
 
 
 def merge(policy: MergePolicy, dicts: list[dict]) -> dict:

@@ -1,9 +1,9 @@
 """MetadataTensor: a tensor whose ``metadata`` dict follows it through any computation.
 
 The class, on the rules for its dicts (``dicts``) and for how results take them
-(``results``, written in C); the rules for calls on batches live in
-the modules above it, which register them here when imported (``BATCH_RULES``,
-``BATCH_CALLS``, :func:`register_batch_results`)."""
+(``results``, written in C), and on ``batch_settle``, which applies the batch records
+(:mod:`tensortools.dispatch.batch_rules`, registered by :meth:`MetadataTensor.batch_rule`
+beside the functions they serve) to a call's results."""
 
 from __future__ import annotations
 
@@ -18,14 +18,13 @@ from torch.overrides import _is_torch_function_mode_enabled
 from torch.utils._pytree import tree_leaves
 
 from tensortools import _spec as coverage_spec
-from tensortools._settings import OVERRIDES, ClassSetting
+from tensortools._settings import ClassSetting
 from tensortools.dispatch import TensorWrapper
-from tensortools.dispatch.wrapper import (
-    INSTANCE_WRAPS,
-    WrapperPath,
-    argument_tensors,
-    keeps_hooks,
-)
+from tensortools.dispatch.batch_rules import COMPILED, RUNNERS
+from tensortools.dispatch.batch_rules import batch_rule as _batch_rule
+from tensortools.dispatch.compiled_path import path_of
+from tensortools.dispatch.wrapper import INSTANCE_WRAPS, WrapperPath, argument_tensors
+from tensortools.types.metadata.batch_settle import settle
 from tensortools.types.metadata.dicts import (
     MergePolicy,
     check_batch,
@@ -35,35 +34,22 @@ from tensortools.types.metadata.dicts import (
     sample_rows,
 )
 from tensortools.types.metadata.results import (
+    PENDING,
+    PendingMetadata,
     batch_size_of,
     carriers,
+    first_carrier,
     register_class,
     take_metadata,
+    traced_take_from,
 )
 
-__all__ = ["MetadataTensor", "register_batch_results"]
-
-#: Rules for calls with a batch among their arguments (metadata.batch fills it): function ->
-#: rule(cls, func, types, args, kwargs), NotImplemented where the call takes none apart.
-BATCH_RULES: dict[Callable, Callable] = {}
+__all__ = ["MetadataTensor"]
 
 #: The functions whose calls with a batch among their arguments the compiled path may run
-#: itself, keeping the batch (metadata.batch_rule fills it). See Note [Batch rules] in
-#: docs/design.md.
-BATCH_CALLS: dict[Callable, None] = {}
-
-
-def register_batch_results(rule: Callable) -> None:
-    """Make `rule(func, args, kwargs, out, argument tensors) -> out` decide which results
-    of the fallback's calls with a batch among their arguments and no rule of
-    ``BATCH_RULES`` stay a batch (metadata.batch_settle registers the table's when
-    imported; until then they keep the batch the wrap gave them)."""
-    global _batch_results
-    _batch_results = rule
-
-
-def _batch_results(func, args, kwargs, out, tensors):
-    return out  # (until register_batch_results replaces it)
+#: itself, keeping the batch: the registry's view of its "keep" records (the same dict,
+#: kept in step with them). See Note [Batch rules] in docs/design.md.
+BATCH_CALLS: dict[Callable, None] = COMPILED
 
 
 def _check_merge_policy(cls: type, policy: Any) -> MergePolicy:
@@ -80,6 +66,13 @@ def _check_tracking(cls: type, enabled: Any) -> bool:
 #: The class's two settings (docs/settings.md), read at call time through value_for.
 MERGE_POLICY = ClassSetting("first", storage="_global_merge_policy", check=_check_merge_policy)
 TRACKING = ClassSetting(True, storage="_global_tracking", check=_check_tracking)
+
+
+class _FirstCarrier(tuple):
+    """The context of a traced call under the "first" merge policy: (the first carrier of
+    metadata among its arguments, or None; its batch size)."""
+
+    __slots__ = ()
 
 
 class _BatchContext(dict):
@@ -115,7 +108,11 @@ class MetadataTensor(TensorWrapper):
     merge_policy: ClassVar[MergePolicy] = MERGE_POLICY
     tracking: ClassVar[bool] = TRACKING
 
-    metadata: dict
+    metadata: dict = PendingMetadata()  # (an instance's own dict, once it has one)
+    #: (a result of a compiled function: the dict it takes a copy of when first read, and
+    #: the rows of it where it holds some of a batch's samples)
+    _pending_metadata: ClassVar[dict | None] = None
+    _pending_rows: ClassVar[Any] = None
 
     @staticmethod
     def __new__(cls, data: Any, metadata: Mapping | None = None) -> MetadataTensor:
@@ -147,7 +144,7 @@ class MetadataTensor(TensorWrapper):
                     f"{type(self).__name__}: 'batch_size' must be a non-negative int or None, "
                     f"got {size!r}"
                 )
-            check_batch(metadata_of(self) or {}, size, sample_rows(self))
+            check_batch(metadata_of(self, {}), size, sample_rows(self))
         take_metadata(self, None, size, False)
 
     @property
@@ -164,6 +161,10 @@ class MetadataTensor(TensorWrapper):
         check_batch(context, batch_size, sample_rows(data))
         return cls.wrap(data, context)
 
+    #: Decorator: what calls of a function do to a batch's samples, one record per function
+    #: (:func:`tensortools.dispatch.batch_rules.batch_rule`; docs/metadata-tensor.md).
+    batch_rule = staticmethod(_batch_rule)
+
     def __getitem__(self, index: Any) -> Tensor:
         # A batch's b[i] and b[i:j] (a per-sample loop's call) straight to the batch
         # rule, without torch's round trip through __torch_function__ (which cost three
@@ -173,7 +174,7 @@ class MetadataTensor(TensorWrapper):
             (type(index) is int or type(index) is slice)
             and batch_size_of(self) is not None
             and not _is_torch_function_mode_enabled()
-            and _plain_fallback_holds(type(self), _GETITEM, (type(self),))
+            and path_of(type(self), _GETITEM, (type(self),)) == _WRAP_METADATA
         ):
             cls = type(self)
             return cls.fallback(_GETITEM, (cls,), (self, index), {})
@@ -186,7 +187,12 @@ class MetadataTensor(TensorWrapper):
 
     @classmethod
     def _check_state(cls, state: Any, error: type[Exception]) -> dict:
-        state = super()._check_state(state, error)
+        if isinstance(state, dict) and "metadata" in state:
+            # (the class's own `metadata` reads the instance's: see results.PendingMetadata)
+            rest = {k: v for k, v in state.items() if k != "metadata"}
+            state = {**super()._check_state(rest, error), "metadata": state["metadata"]}
+        else:
+            state = super()._check_state(state, error)
         if not isinstance(state.get("metadata", {}), dict):
             raise error(
                 f"{cls.__name__}: invalid saved state; 'metadata' must be a dict, "
@@ -201,11 +207,14 @@ class MetadataTensor(TensorWrapper):
         return state
 
     def __getstate__(self) -> dict:
+        metadata_of(self)  # (a result of a compiled function takes its copy now)
         state = super().__getstate__()
+        for name in PENDING:
+            state.pop(name, None)
         size = batch_size_of(self)
         if size is not None:  # (what saves also loads: a batch that holds its samples)
             try:
-                check_batch(dict(metadata_of(self) or {}), size, sample_rows(self))
+                check_batch(dict(metadata_of(self, {})), size, sample_rows(self))
             except ValueError as err:
                 raise pickle.PicklingError(str(err)) from None
         return state
@@ -265,8 +274,17 @@ class MetadataTensor(TensorWrapper):
     @classmethod
     def _context_of(cls, tensors: list) -> dict:
         """context, given the call's argument tensors (argument_tensors)."""
+        policy = MERGE_POLICY.value_for(cls)
+        if (
+            policy == "first"
+            and torch.compiler.is_compiling()
+            and cls._fast.kind == _WRAP_METADATA  # (not with a user's hooks: they take dicts)
+        ):
+            # (the first carrier itself: its dict is taken by reference, never read, so
+            # that no value of it becomes a guard of the graph)
+            return _FirstCarrier(first_carrier(MetadataTensor, tensors))
         found, size = carriers(MetadataTensor, tensors)
-        merged = merge(MERGE_POLICY.value_for(cls), found)
+        merged = merge(policy, found)
         if size is None:
             return merged
         context = _BatchContext(merged)
@@ -276,17 +294,21 @@ class MetadataTensor(TensorWrapper):
     @classmethod
     def wrap(cls, tensor: Tensor, context: dict) -> MetadataTensor:
         out = cls._instance(tensor)
+        if type(context) is _FirstCarrier:  # (traced: see _context_of)
+            traced_take_from(out, *context)
+            return out
         size = context.batch_size if type(context) is _BatchContext else None
         take_metadata(out, context, size, True)
         return out
 
     @classmethod
     def fallback(cls, func, types, args, kwargs):
-        # See Note [Batch rules] in docs/design.md. (Where another overriding type takes
-        # part, the call is left to it, as the base leaves every call.)
-        rule = BATCH_RULES.get(func)
-        if rule is not None and not cls.others_take_part(types):
-            result = rule(cls, func, types, args, kwargs)
+        # See Note [Batch rules] in docs/design.md: func's record may run the call itself
+        # (taking a batch apart, joining batches); settle applies its verdict to the
+        # results. (Where another overriding type takes part, the call is left to it.)
+        runs = RUNNERS.get(func)
+        if runs is not None and not cls.others_take_part(types):
+            result = runs(cls, func, types, args, kwargs)
             if result is not NotImplemented:
                 return result
         # (the arguments walked once, for the context, the wrap and the rule alike)
@@ -296,7 +318,7 @@ class MetadataTensor(TensorWrapper):
         else:
             context = cls.context(func, args, kwargs)
         out = cls._run_and_wrap(func, types, args, kwargs, tensors, context)
-        return _batch_results(func, args, kwargs, out, tensors)
+        return settle(func, args, kwargs, out, tensors, MetadataTensor)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -304,35 +326,19 @@ class MetadataTensor(TensorWrapper):
         # class's process-wide setting.
         MERGE_POLICY.adopt(cls)
         TRACKING.adopt(cls)
-        cls._on_settings_change()  # (the class body's settings, adopted just now)
 
     # -- dispatch: the compiled path of TensorWrapper, and the Python one ----------------
-
-    @classmethod
-    def _fast_kind(cls) -> WrapperPath:
-        # WRAP_METADATA: results take a copy of the first argument's metadata; PLAIN:
-        # tracking off, the plain call alone. Other merge policies, and replaced hooks,
-        # take the Python path.
-        if not keeps_hooks(cls, MetadataTensor):
-            return WrapperPath.PYTHON
-        if not TRACKING.global_value(cls):
-            return WrapperPath.PLAIN
-        if MERGE_POLICY.global_value(cls) == "first":
-            return WrapperPath.WRAP_METADATA
-        return WrapperPath.PYTHON
-
-    @classmethod
-    def _fast_carrier(cls) -> type:
-        return MetadataTensor
-
-    @classmethod
-    def _fast_batch_rules(cls) -> dict:
-        return BATCH_CALLS
+    # (results take a copy of the first carrier's metadata; tracking off: the plain call;
+    # another merge policy, or a replaced hook: the Python path; compiled_path.record_of)
+    _fast_wrap = WrapperPath.WRAP_METADATA
+    _fast_requires = ((MERGE_POLICY, "first"),)
+    _fast_switches = (TRACKING,)
+    _fast_batch_calls = BATCH_CALLS  # (the batch registry's table: the one line to change)
 
     @classmethod
     def _python_torch_function(cls, func, types, args=(), kwargs=None):
         """__torch_function__ in Python: every call the compiled path does not take."""
-        if _plain_fallback_holds(cls, func, types):
+        if path_of(cls, func, types) == _WRAP_METADATA:
             # (a batch's call, which the compiled path leaves here with every setting at
             # its process-wide value: the fallback, without the walk through the table)
             return cls.fallback(func, types, args, kwargs or {})
@@ -345,40 +351,18 @@ _OWN_CONTEXT = MetadataTensor.context.__func__
 _GETITEM = Tensor.__getitem__
 
 
-def _plain_fallback_holds(cls: type, func: Callable, types: tuple) -> bool:
-    """Whether cls's call of func takes the fallback as the compiled path would run it:
-    the record's kind WRAP_METADATA (the hooks kept, tracking on, the policy "fallback",
-    the merge policy "first"), no setting overridden in the thread, no handler for func,
-    subclass dispatch on, and no type but cls's own kin among the arguments (so no type
-    that observes calls)."""
-    kind, handlers = cls._fast[:2]  # (a WrapperRecord: its kind, its handler table)
-    return (
-        not torch.compiler.is_compiling()  # (traced: the whole path, as written)
-        and kind == _WRAP_METADATA
-        and OVERRIDES.value is None
-        and func not in handlers
-        and torch._C._is_torch_function_enabled()
-        and ((len(types) == 1 and types[0] is cls) or _kin(cls, types))
-    )
-
-
-def _kin(cls: type, types: tuple) -> bool:
-    return all(issubclass(t, cls) or issubclass(cls, t) for t in types)
-
-
 _WRAP_METADATA = int(WrapperPath.WRAP_METADATA)
 
 
 register_class(MetadataTensor)  # (the class whose instances batch_size_of reads)
 # torch.load(weights_only=True) may rebuild MetadataTensors once tensortools is imported.
-MetadataTensor._on_settings_change()  # (its record, now that the class exists)
 INSTANCE_WRAPS.add(MetadataTensor.wrap.__func__)
 torch.serialization.add_safe_globals([MetadataTensor])
 
 
-def _keeps_the_metadata(cls, result):
-    # The coverage report's rule for results: of the type, with the sample's metadata.
-    problem = coverage_spec.results_of_the_type(cls, result)
+def _keeps_the_metadata(x, result, *, cls):
+    # The rule for results of instances the spec makes: of the type, with their metadata.
+    problem = coverage_spec.results_of_the_type(x, result, cls=cls)
     # (a batch of the samples, from torch.stack: one entry per sample)
     for t in tree_leaves(result):
         size = batch_size_of(t)
@@ -394,6 +378,6 @@ coverage_spec.register(
     fallback_means=(
         "the plain call, tensor results carrying the merged metadata: the type's design, not a gap"
     ),
-    instance=lambda cls, tensor: cls(tensor, {"coverage": 1}),
-    result_problem=_keeps_the_metadata,
+    make=lambda tensor, *, cls: cls(tensor, {"coverage": 1}),
+    rule=_keeps_the_metadata,
 )

@@ -13,13 +13,13 @@ from tensortools.types.scalar.common import (
     KERNEL_DTYPES,
     call_kernel,
     finite,
-    hidden,
     plain_operand,
     probe,
     probed_result,
     scale_finite,
     structured,
 )
+from tensortools.types.scalar.small import hidden
 from tensortools.types.scalar.tensor import ScalarTensor
 
 __all__: list[str] = []

@@ -316,7 +316,7 @@ _FROBENIUS_BY = {
 
 def _frobenius(d: ScalarTensor) -> Any:
     """The Frobenius norm sqrt(N) * |value|, by C's ``frobenius``
-    (csrc/python/scalar_dispatch.cpp, which the compiled path runs for the same calls),
+    (csrc/python/scalar_rules.cpp, which the compiled path runs for the same calls),
     where the dense call's sum of squares stays well inside the dtype's range."""
     norm = _C.scalar_frobenius(d.N, d._pair)
     return NotImplemented if norm is None else norm

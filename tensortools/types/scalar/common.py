@@ -4,7 +4,7 @@ one-pass kernels.
 
 Elementwise handlers run on the **probe**, d's pair ``[value, 0]`` repeated
 (:func:`probe`, :func:`probed_result`); reductions and linear algebra on a **small
-matrix**, the dense ``value * I_k`` for k <= 2 (:func:`small_matrix`).
+matrix**, the dense ``value * I_k`` for k <= 2 (``small.small_matrix``).
 
 See Note [ScalarTensor's exact answers] in docs/design.md.
 
@@ -12,9 +12,10 @@ Under torch.func, a tensor a handler meets may be one of its wrapped tensors (ba
 under vmap, tracking gradients under grad, jvp and jacrev, functional under
 functionalize): it has no storage to read and no value to branch on (vmap refuses
 ``bool`` and ``item``). Handlers hand such an operand to the dense call
-(:func:`hidden`). A call without one is a constant of the transform (d's pair needs no
-gradient), and its handler runs below the transforms (:func:`structured`): there, every
-tensor it makes is plain, where grad and jvp would wrap even a tensor made from d's pair.
+(``small.hidden``). A call without one is a constant of the transform (d's pair needs
+no gradient), and its handler runs below the transforms (:func:`structured`): there,
+every tensor it makes is plain, where grad and jvp would wrap even a tensor made from
+d's pair.
 
 This module imports no handler family; the families import it.
 """
@@ -31,6 +32,7 @@ import torch
 from torch import Tensor
 
 from tensortools._native import C as _C
+from tensortools.types.scalar.small import hidden, small_matrix, transforms_active
 from tensortools.types.scalar.tensor import ScalarTensor, dim_index
 
 __all__ = [
@@ -39,13 +41,9 @@ __all__ = [
     "probe",
     "probed_result",
     "pair_in",
-    "hidden",
-    "transforms_active",
     "plain_operand",
     "finite",
     "in_range",
-    "small_matrix",
-    "index_tensor",
     "as_index",
     "is_reduction_option",
     "as_options",
@@ -92,7 +90,7 @@ def pair_in(d: ScalarTensor, dtype: torch.dtype | None = None) -> Tensor:
 def probe(d: ScalarTensor) -> Tensor:
     """The tensor an elementwise function of d runs on in place of d's pair: the pair
     repeated, so that torch's vector loop computes its first copy and its scalar loop
-    its last (C's ``probe_of``, csrc/python/scalar_dispatch.cpp).
+    its last (C's ``probe_of``, csrc/python/scalar_values.cpp).
 
     See Note [ScalarTensor's exact answers] in docs/design.md."""
     return _C.scalar_probe(d._pair)
@@ -131,15 +129,6 @@ def _equal_by_value(result: Tensor) -> Tensor | None:
     return first.clone()
 
 
-#: hidden(t): whether t is one of torch.func's wrapped tensors, whose values a handler
-#: cannot read or branch on; it declines them, and the dense call (which torch.func
-#: transforms) answers.
-hidden: Callable[[Tensor], bool] = torch._C._functorch.is_functorch_wrapped_tensor
-
-#: Whether a torch.func transform is running (then its wrapped tensors may reach a call).
-transforms_active: Callable[[], bool] = torch._C._are_functorch_transforms_active
-
-
 def _any_hidden(args: tuple, kwargs: dict) -> bool:
     return torch.utils._pytree.tree_any(
         lambda x: isinstance(x, Tensor) and hidden(x), (args, kwargs)
@@ -170,37 +159,9 @@ def finite(x: Any) -> bool:
 
 
 #: in_range(x, dtype): whether a magnitude the dense call computes on the way (a sum, a
-#: sum of squares) lies well inside dtype's range: C's rule (scalar_dispatch.cpp).
+#: sum of squares) lies well inside dtype's range: C's rule (scalar_rules.cpp).
 #: See Note [ScalarTensor's exact answers] in docs/design.md.
 in_range: Callable[[float, torch.dtype], bool] = _C.scalar_in_range
-
-
-def _made(kind: str, n: int, device: torch.device) -> Tensor:
-    if kind == "small matrix":
-        return torch.tensor([[0, 1], [1, 0]], device=device)[:n, :n]
-    if kind == "widen":
-        index = torch.ones(n, dtype=torch.long, device=device)
-        index[:1] = 0
-        return index
-    return torch.arange(n, device=device)
-
-
-@functools.lru_cache(maxsize=64)
-def _cached(kind: str, n: int, device: torch.device) -> Tensor:
-    return _made(kind, n, device)
-
-
-def index_tensor(kind: str, n: int, device: torch.device) -> Tensor:
-    """Index tensors the handlers read (never write): "small matrix" picks value * I_n
-    (n <= 2) out of the pair [value, 0]; "widen" picks column 0, then column 1 n - 1
-    times; "arange" is 0 .. n - 1. Kept for sizes up to 4096 (at most 64 of them, 2 MB),
-    made per call beyond."""
-    return _cached(kind, n, device) if n <= 4096 else _made(kind, n, device)
-
-
-def small_matrix(d: ScalarTensor, k: int) -> Tensor:
-    """The dense ``value * I_k`` (k <= 2), with the signed zeros of d's matrix."""
-    return d._pair.take(index_tensor("small matrix", k, d._pair.device))
 
 
 # -- the reductions' small matrix ----------------------------------------------------

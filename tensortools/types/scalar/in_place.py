@@ -1,7 +1,10 @@
 """How a ScalarTensor takes a call that changes it in place (``d.mul_(2)``, ``d += e``,
 ``torch.add(a, b, out=d)``, ``F.relu(d, inplace=True)``): it ends as the dense matrix
 would, when that is ``value * I`` again, or the call raises :class:`CannotHoldResult`
-and changes nothing."""
+and changes nothing.
+
+The class body takes its ``fallback`` and ``_python_torch_function`` from here; this
+module knows a ScalarTensor by the class it is called for (:func:`_scalar_class`)."""
 
 from __future__ import annotations
 
@@ -19,16 +22,20 @@ from tensortools.dispatch.in_place import out_of_place_form, written_arguments
 from tensortools.dispatch.signatures import torch_positions
 from tensortools.dispatch.table import POLICY, TorchFunctionTable, strict_refusal
 from tensortools.dispatch.tensor_like import INPLACE_OPERATORS
-from tensortools.types.scalar.common import hidden, small_matrix, transforms_active
-from tensortools.types.scalar.tensor import ScalarTensor, densify
+from tensortools.types.scalar.small import densify, hidden, small_matrix, transforms_active
 
 __all__ = ["fallback", "python_torch_function", "write_without_dense", "written_scalar_tensors"]
 
 
-def written_scalar_tensors(func: Callable, args: tuple, kwargs: dict) -> list:
-    """The ScalarTensors a call would change (each once): see
+def _scalar_class(cls: type) -> type:
+    """What cls's calls take as a ScalarTensor: ScalarTensor, also for a subclass's."""
+    return cls._fast.result_class
+
+
+def written_scalar_tensors(kind: type, func: Callable, args: tuple, kwargs: dict) -> list:
+    """The ScalarTensors (instances of kind) a call would change (each once): see
     tensortools.dispatch.in_place.written_arguments."""
-    return [o for o in written_arguments(func, args, kwargs) if isinstance(o, ScalarTensor)]
+    return [o for o in written_arguments(func, args, kwargs) if isinstance(o, kind)]
 
 
 def _is_value_eye(dense: Tensor) -> bool:
@@ -44,7 +51,7 @@ def _is_value_eye(dense: Tensor) -> bool:
     return bool(same.all()) and int(off) == 0
 
 
-def _check_holdable(target: ScalarTensor, pair: Tensor, func: Callable) -> None:
+def _check_holdable(target: Any, pair: Tensor, func: Callable) -> None:
     """Refuse a pair [value, off-diagonal entry] that target cannot take in."""
     name = _Name(func)  # (resolved only for a message: torch's lookup costs more than a call)
     if pair.requires_grad:
@@ -66,7 +73,7 @@ def _check_holdable(target: ScalarTensor, pair: Tensor, func: Callable) -> None:
         )
 
 
-def _commit(target: ScalarTensor, pair: Tensor, func: Callable) -> None:
+def _commit(target: Any, pair: Tensor, func: Callable) -> None:
     """Give target the pair (in place, so ScalarTensors sharing its pair, as a dense
     matrix's views share its storage, see the change), or refuse."""
     _check_holdable(target, pair, func)
@@ -89,12 +96,12 @@ class _Name:
 _NO_OPERAND = object()
 
 
-def _pair_operand(x: Any, like: ScalarTensor) -> Any:
+def _pair_operand(x: Any, like: Any, kind: type) -> Any:
     """What stands for x when an elementwise function is applied to like's pair: x's own
     pair for a ScalarTensor of like's size and device, a plain 0-d tensor on like's device
     or anything that is not a tensor (numbers, options) as it is; _NO_OPERAND for other
     tensors."""
-    if isinstance(x, ScalarTensor):
+    if isinstance(x, kind):
         return x._pair if (x.N == like.N and x.device == like.device) else _NO_OPERAND
     if isinstance(x, Tensor):
         return (
@@ -149,7 +156,7 @@ def _replaced(args: tuple, kwargs: dict, new: Callable[[Any], Any]) -> tuple[tup
     return tuple(map(one, args)), {k: one(v) for k, v in kwargs.items()}
 
 
-def _stand_ins(args: tuple, kwargs: dict, square: bool) -> tuple[tuple, dict]:
+def _stand_ins(kind: type, args: tuple, kwargs: dict, square: bool) -> tuple[tuple, dict]:
     """args and kwargs with small tensors in place of every tensor, for torch to check a
     call on (dtypes it may cast to, shapes, out= rules, errors) without the values
     that cost: each ScalarTensor becomes its dense value * I_k (k = min(N, 2), with the
@@ -159,7 +166,7 @@ def _stand_ins(args: tuple, kwargs: dict, square: bool) -> tuple[tuple, dict]:
     memo: dict = {}
 
     def stand_in(x: Any) -> Any:
-        if not isinstance(x, (ScalarTensor, Tensor)) or (square and isinstance(x, Tensor)):
+        if not isinstance(x, (kind, Tensor)) or (square and isinstance(x, Tensor)):
             return x
         if id(x) not in memo:
             if square:
@@ -182,17 +189,18 @@ def _write_structured(cls: type, func: Callable, args: tuple, kwargs: dict) -> A
     form = out_of_place_form(func, args, kwargs, known=lambda f: cls.handler_for(f) is not None)
     if form is None:
         return NotImplemented
+    kind = _scalar_class(cls)
     operands = _flat(args, kwargs)
-    if has_torch_function([x for x in operands if not isinstance(x, ScalarTensor)]):
+    if has_torch_function([x for x in operands if not isinstance(x, kind)]):
         return NotImplemented  # (another type's call: the dense path hands it on)
     target = form.target
-    if not isinstance(target, ScalarTensor) and (
+    if not isinstance(target, kind) and (
         type(target) is not Tensor or (target.requires_grad and torch.is_grad_enabled())
     ):
         return NotImplemented  # (autograd records the dense call)
     result = _structured_answer(cls, form.func, form.args, form.kwargs)
-    if isinstance(target, ScalarTensor):
-        if isinstance(result, ScalarTensor):
+    if isinstance(target, kind):
+        if isinstance(result, kind):
             if result.N != target.N or result.device != target.device:
                 return NotImplemented
         elif type(result) is not Tensor or result.shape != target.shape:
@@ -201,16 +209,16 @@ def _write_structured(cls: type, func: Callable, args: tuple, kwargs: dict) -> A
         return NotImplemented
     dense_operands = any(type(x) is Tensor and x.dim() > 0 for x in operands)
     if dense_operands or "out" in kwargs or result.dtype != target.dtype:
-        if dense_operands and isinstance(target, ScalarTensor) and target.N**2 >= 2**62:
+        if dense_operands and isinstance(target, kind) and target.N**2 >= 2**62:
             return NotImplemented
-        small_args, small_kwargs = _stand_ins(args, kwargs, square=not dense_operands)
+        small_args, small_kwargs = _stand_ins(kind, args, kwargs, square=not dense_operands)
         if func(*small_args, **small_kwargs) is NotImplemented:  # an operator declining
             return NotImplemented
-    if not isinstance(target, ScalarTensor):
+    if not isinstance(target, kind):
         with torch.no_grad():
             target.copy_(result)
         return target
-    if isinstance(result, ScalarTensor):  # (a structured answer: 0 off the diagonal)
+    if isinstance(result, kind):  # (a structured answer: 0 off the diagonal)
         with torch.no_grad():
             target._pair.copy_(result._pair)
         return target
@@ -219,7 +227,7 @@ def _write_structured(cls: type, func: Callable, args: tuple, kwargs: dict) -> A
     return target
 
 
-def _dense_pair(dense: Tensor, target: ScalarTensor, func: Callable) -> Tensor:
+def _dense_pair(dense: Tensor, target: Any, func: Callable) -> Tensor:
     """The pair [value, off-diagonal entry] of a dense N×N result that target is to hold;
     CannotHoldResult where it is not value * I."""
     n = target.N
@@ -235,7 +243,7 @@ def _dense_pair(dense: Tensor, target: ScalarTensor, func: Callable) -> Tensor:
     return torch.cat([value, torch.zeros_like(value)])
 
 
-def _write_pairwise(func: Callable, args: tuple, kwargs: dict, target: ScalarTensor) -> Any:
+def _write_pairwise(kind: type, func: Callable, args: tuple, kwargs: dict, target: Any) -> Any:
     """An elementwise in-place function applied to target's pair [value, 0]: it changes a
     diagonal and an off-diagonal entry of the dense matrix as it changes the pair, with
     the same dtype rules, rounding and errors, for any N. NotImplemented where it does not
@@ -247,7 +255,9 @@ def _write_pairwise(func: Callable, args: tuple, kwargs: dict, target: ScalarTen
     if first is not target:
         return NotImplemented
     pair = target._pair.clone()
-    operands = _replaced(args, kwargs, lambda x: pair if x is target else _pair_operand(x, target))
+    operands = _replaced(
+        args, kwargs, lambda x: pair if x is target else _pair_operand(x, target, kind)
+    )
     if any(o is _NO_OPERAND for o in _flat(*operands)):
         return NotImplemented
     if func(*operands[0], **operands[1]) is NotImplemented:  # an operator declining
@@ -263,15 +273,16 @@ def write_without_dense(cls: type, func: Callable, args: tuple, kwargs: dict) ->
     can answer it. Raises CannotHoldResult where the result is not value * I."""
     done = _write_structured(cls, func, args, kwargs)
     if done is NotImplemented:
-        targets = written_scalar_tensors(func, args, kwargs)
+        kind = _scalar_class(cls)
+        targets = written_scalar_tensors(kind, func, args, kwargs)
         if len(targets) == 1:
-            done = _write_pairwise(func, args, kwargs, targets[0])
+            done = _write_pairwise(kind, func, args, kwargs, targets[0])
     return done
 
 
-def _write_dense(func: Callable, args: tuple, kwargs: dict, targets: list) -> Any:
+def _write_dense(kind: type, func: Callable, args: tuple, kwargs: dict, targets: list) -> Any:
     memo: dict = {}
-    dense_args, dense_kwargs = densify(args, memo), densify(kwargs, memo)
+    dense_args, dense_kwargs = densify(args, memo, kind), densify(kwargs, memo, kind)
     result = func(*dense_args, **dense_kwargs)
     if result is NotImplemented:  # an operator declining: nothing was changed
         return NotImplemented
@@ -323,14 +334,14 @@ def _transform_argument(func: Callable, args: tuple, kwargs: dict) -> str | None
     return next((key for key, x in kwargs.items() if holds(x)), None)
 
 
-def _writing(func: Callable, args: tuple, kwargs: dict, written: list) -> Any:
+def _writing(kind: type, func: Callable, args: tuple, kwargs: dict, written: list) -> Any:
     """Where a call that writes a ScalarTensor runs under a torch.func transform: below it
     (d's pair is a constant of the transform, as every tensor of the call is one), or
     nowhere: a tensor of the transform (functional under functionalize, batched, tracking
     gradients) cannot go into the number d stores outside it, as it cannot go into a
     tensor made outside functionalize (torch's internal assert) or grad; the call raises
     CannotHoldResult naming the argument."""
-    if not transforms_active() or not any(isinstance(o, ScalarTensor) for o in written):
+    if not transforms_active() or not any(isinstance(o, kind) for o in written):
         return contextlib.nullcontext()
     name = _transform_argument(func, args, kwargs)
     if name is not None:
@@ -351,16 +362,17 @@ def fallback(cls: type, func: Callable, types: tuple, args: tuple, kwargs: dict)
     comes first. Under a torch.func transform, see _writing."""
     if _PROBING.get() is func:
         return NotImplemented
+    kind = _scalar_class(cls)
     written = written_arguments(func, args, kwargs)
     if written:
-        with _writing(func, args, kwargs, written):
+        with _writing(kind, func, args, kwargs, written):
             done = write_without_dense(cls, func, args, kwargs)
             if done is not NotImplemented:
                 return done
-            targets = [o for o in written if isinstance(o, ScalarTensor)]
+            targets = [o for o in written if isinstance(o, kind)]
             if targets:
-                return _write_dense(func, args, kwargs, targets)
-    return func(*densify(args, {}), **densify(kwargs, {}))
+                return _write_dense(kind, func, args, kwargs, targets)
+    return func(*densify(args, {}, kind), **densify(kwargs, {}, kind))
 
 
 _table_torch_function = TorchFunctionTable.__dict__["__torch_function__"].__func__
@@ -375,10 +387,10 @@ def python_torch_function(cls: type, func: Callable, types: tuple, args=(), kwar
     result = _table_torch_function(cls, func, types, args, kwargs)
     strict = result is NotImplemented and POLICY.value_for(cls) == "strict"
     if strict and _PROBING.get() is not func:
-        kwargs = kwargs or {}
+        kwargs, kind = kwargs or {}, _scalar_class(cls)
         written = written_arguments(func, args, kwargs)
         if written:
-            with _writing(func, args, kwargs, written):
+            with _writing(kind, func, args, kwargs, written):
                 result = write_without_dense(cls, func, args, kwargs)
         if result is NotImplemented and all(t is cls or t is torch.Tensor for t in types):
             # no other type could answer (a plain tensor's __torch_function__ cannot run
@@ -386,7 +398,3 @@ def python_torch_function(cls: type, func: Callable, types: tuple, args=(), kwar
             # policy nor the way out, and lists torch.Tensor
             raise strict_refusal(cls, func, args, kwargs)
     return result
-
-
-ScalarTensor.fallback = classmethod(fallback)
-ScalarTensor._python_torch_function = classmethod(python_torch_function)

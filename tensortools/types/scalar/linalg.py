@@ -23,12 +23,11 @@ from torch import Tensor
 from tensortools._native import C as _C
 from tensortools.types.scalar.common import (
     finite,
-    hidden,
     in_range,
     scale_finite,
-    small_matrix,
     structured,
 )
+from tensortools.types.scalar.small import hidden, small_matrix
 from tensortools.types.scalar.tensor import FastCode, ScalarTensor
 
 __all__: list[str] = []
@@ -247,7 +246,7 @@ def _matrix_exp(input):
 
 def _repeated(func: Callable, code: FastCode) -> Callable:
     """func's N values (eigenvalues, singular values) as N copies of a number of d's value,
-    made without LAPACK by C's ``repeated`` (csrc/python/scalar_dispatch.cpp, which the
+    made without LAPACK by C's ``repeated`` (csrc/python/scalar_rules.cpp, which the
     compiled path runs for the same calls): the value itself as complex (eigvals; code
     EIGVALS), its real part (eigvalsh, which reads the real part of the diagonal as
     LAPACK's Hermitian routines do; EIGVALSH), or its modulus (svdvals; SVDVALS)."""

@@ -35,13 +35,11 @@ from tensortools import ops
 from tensortools.ops._checks import check_number
 from tensortools.types.scalar.common import (
     KERNEL_DTYPES,
-    hidden,
     plain_operand,
     scale_finite,
-    small_matrix,
     structured,
-    transforms_active,
 )
+from tensortools.types.scalar.small import hidden, small_matrix, transforms_active
 from tensortools.types.scalar.tensor import ScalarTensor
 
 __all__ = ["diagonal_product"]

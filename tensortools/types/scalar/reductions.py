@@ -28,13 +28,12 @@ from tensortools.types.scalar.common import (
     accumulated_total,
     column_axis,
     in_range,
-    index_tensor,
     on_small_matrix,
     rebuilt,
     result_tensors,
-    small_matrix,
     structured,
 )
+from tensortools.types.scalar.small import index_tensor, small_matrix
 from tensortools.types.scalar.tensor import ScalarTensor
 
 __all__: list[str] = []
@@ -58,7 +57,7 @@ def _widen(t: Tensor, axis: int, n: int, index: bool) -> Tensor:
 
 def _whole_sum(input):
     """torch.sum(d) without further arguments: N * value, by C's ``whole_sum``
-    (csrc/python/scalar_dispatch.cpp, which the compiled path runs for the same call, and
+    (csrc/python/scalar_rules.cpp, which the compiled path runs for the same call, and
     which says where it leaves the call to the dense sum)."""
     total = _C.scalar_whole_sum(input.N, input._pair)
     return NotImplemented if total is None else total

@@ -12,10 +12,10 @@ import torch
 from torch import Tensor
 
 from tensortools import _spec as coverage_spec
-from tensortools._compiler import when_dynamo_loads
 from tensortools._native import C as _C
 from tensortools.dispatch import TensorLike
-from tensortools.dispatch.table import TorchFunctionTable, refusing_endless_recursion
+from tensortools.dispatch.table import refusing_endless_recursion
+from tensortools.types.scalar import in_place, small
 
 __all__ = ["ScalarTensor", "FastCode", "FastRecord", "densify"]
 
@@ -24,7 +24,7 @@ __all__ = ["ScalarTensor", "FastCode", "FastRecord", "densify"]
 #: functions of each kind.
 FastCode = enum.IntEnum("FastCode", _C.scalar_fast_codes)
 
-_transforms_active = torch._C._are_functorch_transforms_active
+_transforms_active = small.transforms_active
 
 
 class FastRecord(NamedTuple):
@@ -42,8 +42,8 @@ class ScalarTensor(TensorLike):
     """The N×N matrix ``value * I_N``, stored as ``N`` and ``value``.
 
     (The handlers live beside this module, one module per family: ``arithmetic``,
-    ``elementwise``, ``reductions``, ``linalg``, ``queries``; the rules of in-place calls
-    in ``in_place``; see the package's docstring.)
+    ``elementwise``, ``reductions``, ``linalg``, ``queries``; the fallback and the rules
+    of in-place calls in ``in_place``; see the package's docstring.)
 
     Any torch function accepts it. Structured handlers answer cheaply and exactly (the
     same values as on the dense matrix): add, sub, mul and div by a number or another
@@ -76,11 +76,16 @@ class ScalarTensor(TensorLike):
     # code), filled by fast_path) says which handler object each code mirrors.
     _fast: ClassVar[FastRecord] = FastRecord(None, {})
     _fast_handlers: ClassVar[dict] = {}
-    _python_torch_function = TorchFunctionTable.__dict__["__torch_function__"]
+    # the table's, and under "strict" the writes that need no dense matrix
+    _python_torch_function = classmethod(in_place.python_torch_function)
+    # runs the calls no handler answers on the dense matrix, with the rules of calls
+    # that change a ScalarTensor
+    fallback = classmethod(in_place.fallback)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        # A Python frame around the compiled function, and the Python path under a
+        # A Python frame around the compiled function (which torch.compile traces as its
+        # stand-in, tensortools.dispatch.polyfills), and the Python path under a
         # torch.func transform. See Note [The compiled paths] in docs/design.md.
         try:
             if _transforms_active():
@@ -97,7 +102,9 @@ class ScalarTensor(TensorLike):
             for f, (handler, code) in cls._fast_handlers.items()
             if cls._handlers.get(f) is handler
         }
-        cls._fast = FastRecord(globals().get("ScalarTensor", cls), codes)
+        # (structured results are of the class that states the fast handlers: ScalarTensor)
+        result_class = next(k for k in cls.__mro__ if "_fast_handlers" in k.__dict__)
+        cls._fast = FastRecord(result_class, codes)
 
     def __init__(
         self,
@@ -260,9 +267,6 @@ class ScalarTensor(TensorLike):
     def __len__(self) -> int:
         return self.N
 
-    # (fallback, which runs the calls no handler answers on the dense matrix, is the
-    # in_place module's: it knows the rules of calls that change a ScalarTensor)
-
 
 def dim_index(dim: Any) -> int | None:
     """dim as torch takes a dim: an int, a NumPy integer or a 0-d integer tensor
@@ -314,23 +318,7 @@ def _shortest(value: Tensor) -> Any:
 def densify(obj: Any, memo: dict) -> Any:
     """obj with every ScalarTensor replaced by its dense matrix, the same matrix for the
     same ScalarTensor (memo: id -> matrix), so that aliasing arguments stay aliases."""
-    if isinstance(obj, ScalarTensor):
-        if id(obj) not in memo:
-            memo[id(obj)] = obj.tensor()
-        return memo[id(obj)]
-    return torch.utils._pytree.tree_map_only(ScalarTensor, lambda d: densify(d, memo), obj)
-
-
-def _traced_torch_function(cls, func, types, args=(), kwargs=None):
-    # What torch.compile traces in place of the compiled path: the Python path.
-    return cls._python_torch_function(func, types, args, kwargs)
-
-
-@when_dynamo_loads
-def _register_with_dynamo() -> None:
-    torch.compiler.substitute_in_graph(_C.scalar_torch_function, skip_signature_check=True)(
-        _traced_torch_function
-    )
+    return small.densify(obj, memo, ScalarTensor)
 
 
 # torch.load(weights_only=True) may rebuild ScalarTensors once tensortools is imported.
@@ -353,7 +341,7 @@ def _square_floating_matrix(cls, input, args, kwargs):
 
 coverage_spec.register(
     ScalarTensor,
-    coverage_spec.CoverageSpec(
+    coverage_spec.TypeSpec(
         exact=False,  # reductions may add in another order than the dense matrix
         handled_means="structured: computed from N and the value, no N×N matrix formed",
         fallback_means=(
