@@ -235,3 +235,26 @@ def test_a_subclass_with_its_own_wrap_is_given_a_dict_when_compiled():
     x = _Relabelled(torch.ones(2), {"id": 1})
     out = compiled(x)
     assert type(out) is _Relabelled and out.metadata == {"id": 1, "wrapped": True}
+
+
+def test_the_metadata_of_a_tensor_made_inside_is_read_with_metadata_of():
+    from tensortools.types.metadata import metadata_of
+
+    def step(x):
+        y = x + 1
+        return y * 2, metadata_of(y)["id"]
+
+    compiled = torch.compile(step, backend="eager", fullgraph=True)
+    for i in ("a", "b"):
+        out, read = compiled(_single({"id": i}))
+        assert read == i and out.metadata == {"id": i}
+
+
+def test_reading_y_metadata_inside_says_what_to_write():
+    # (a limit of the design, docs/metadata-tensor.md: "Metadata outside the graph")
+    def step(x):
+        y = x + 1
+        return y * 2, y.metadata["id"]
+
+    with pytest.raises(AttributeError, match="metadata_of"):
+        torch.compile(step, backend="eager")(_single({"id": 1}))

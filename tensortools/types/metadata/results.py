@@ -204,7 +204,12 @@ class PendingMetadata:
         if instance is None:
             return self
         if instance._pending_metadata is None:
-            raise AttributeError(f"{type(instance).__name__!r} object has no attribute 'metadata'")
+            raise AttributeError(
+                f"{type(instance).__name__!r} object has no attribute 'metadata' (a tensor "
+                "made the type by as_subclass holds none; inside a compiled function, read "
+                "the metadata of a tensor made in it with "
+                "tensortools.types.metadata.metadata_of(t))"
+            )
         if torch.compiler.is_compiling():  # (read inside a compiled function: a copy)
             return pending_copy(instance)
         # (setdefault: threads reading it at once all get the one copy)
