@@ -3,6 +3,7 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include "ops/autograd/lltm_autograd.h"
 #include "python/lltm_sequence_options.h"
 #include "python/metadata_results.h"
 #include "python/scalar_dispatch.h"
@@ -26,4 +27,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   tensortools::python::add_metadata_results(m);
   tensortools::python::add_scalar_dispatch(m);
   tensortools::python::add_lltm_sequence_options(m);
+  m.def("lltm_cell_autograd", &tensortools::lltm::lltm_cell_autograd,
+        "lltm_cell_autograd(input, weights, bias, old_h, old_cell) -> [new_h, new_cell, gates, X]:"
+        " lltm_forward with one C++ autograd node over the kernels (the plain path of "
+        "tensortools.ops.lltm)");
 }

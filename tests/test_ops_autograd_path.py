@@ -127,7 +127,8 @@ def test_lean_path_outside_transforms(name, monkeypatch):
         op(*[v(t.requires_grad_()) for t, v in zip(leaves, views)])
     assert spy.kernel_calls == 0
     assert spy.verdicts and not any(spy.verdicts)
-    assert any("LeanFunction" in node for node in nodes), nodes
+    # (the lean path's Function: in Python, or the LLTM cell's in C++)
+    assert any("LeanFunction" in node or node == "CppFunction" for node in nodes), nodes
 
 
 def _under(transform, name):
@@ -250,3 +251,28 @@ def test_double_backward(name, path, monkeypatch):
             assert got is None or not got.any()
         else:
             torch.testing.assert_close(got, expected)
+
+
+def test_the_lltm_cells_plain_path_is_one_cpp_node_that_autograd_treats_as_any():
+    """ops.lltm's lean path is a C++ autograd Function: retain_graph runs it twice alike,
+    saved tensors go through saved_tensors_hooks, an in-place write to a result it saved
+    is refused, and an output left out of the loss is a zero gradient (float64 reference)."""
+    g = torch.Generator().manual_seed(3)
+    shapes = [(4, 5), (9, 8), (9,), (4, 3), (4, 3)]
+    args = [torch.randn(s, dtype=torch.float64, generator=g, requires_grad=True) for s in shapes]
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        h, c = ops.lltm(*args)
+    assert type(h.grad_fn).__name__ == "CppFunction" and len(packed) == 4
+    want_h, want_c = reference.lltm(*args)
+    for loss, want in ((h.sum(), want_h.sum()), (c.sum(), want_c.sum())):
+        first = torch.autograd.grad(loss, args, retain_graph=True)
+        again = torch.autograd.grad(loss, args, retain_graph=True)
+        expected = torch.autograd.grad(want, args, retain_graph=True)
+        for a, b, e in zip(first, again, expected):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+            torch.testing.assert_close(a, e)
+    h, c = ops.lltm(*args)
+    c.mul_(2)  # (new_cell is saved for backward)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        h.sum().backward()

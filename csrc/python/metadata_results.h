@@ -58,9 +58,12 @@ inline int read_batch_size(PyObject* t, PyObject** size) {
 
 // What the carriers of metadata among a call's argument tensors give its results.
 struct Carried {
-  PyObject* first = nullptr;  // the first carrier's metadata (a new reference), or nullptr
-  PyObject* size = nullptr;   // that carrier's batch size (a new reference), or nullptr
-  bool batch = false;         // whether any carrier is a batch
+  PyObject* first = nullptr;   // the first carrier's metadata (a new reference), or nullptr
+  PyObject* size = nullptr;    // that carrier's batch size (a new reference), or nullptr
+  bool batch = false;          // whether any carrier is a batch
+  PyObject* holder = nullptr;  // the first carrier, whose metadata `first` is (borrowed)
+  Py_ssize_t samplers = 0;     // the carriers that are batches, once per place
+  bool others = false;         // whether one of those is another tensor than `holder`
 
   void release() {
     Py_CLEAR(first);
@@ -90,9 +93,15 @@ inline int read_carriers(PyObject* carrier, PyObject* const* tensors, Py_ssize_t
     }
     out->batch = out->batch || size != nullptr;
     if (metadata == Py_None) Py_CLEAR(metadata);
+    if (size != nullptr) {
+      ++out->samplers;
+      // (a batch before the holder, or after it and not it)
+      out->others = out->others || (out->first != nullptr ? t != out->holder : metadata == nullptr);
+    }
     if (metadata != nullptr && out->first == nullptr) {
       out->first = metadata;
       out->size = size;
+      out->holder = t;
     } else {
       Py_XDECREF(metadata);
       Py_XDECREF(size);

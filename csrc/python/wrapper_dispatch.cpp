@@ -22,6 +22,7 @@
 // ("Under torch.compile") in docs/design.md.
 #include "wrapper_dispatch.h"
 
+#include "batch_plan.h"
 #include "metadata_results.h"
 #include "wrapper_call.h"
 #include "wrapper_record.h"
@@ -138,6 +139,8 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
   }
   PyObject* context = Py_None;
   PyObject* size = nullptr;  // the results' batch size, where they take one
+  BatchCheck check;          // a batch's call: which results keep the batch (batch_plan.h)
+  check.plan = BatchPlan::kKeepAlways;
   if (kind == kWrapMetadata) {
     // (the first carrier's metadata under the "first" policy; a new empty dict for none)
     Carried carried;
@@ -147,10 +150,20 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
     Py_DECREF(carrier);
     context = read < 0 ? nullptr : carried.first != nullptr ? carried.first : PyDict_New();
     size = carried.size;
-    int rule = 0;
+    int rule = 0;  // 0: this path runs the call (check says what becomes of the batch)
     if (context != nullptr && carried.batch && batch_calls != Py_None) {
-      const int keeps = PyDict_Contains(batch_calls, func);
-      rule = keeps < 0 ? -1 : !keeps;
+      // (the function's entry in the batch registry's table; none: the Python path)
+      PyObject* entry = PyDict_GetItemWithError(batch_calls, func);
+      Py_XINCREF(entry);
+      if (entry == nullptr) {
+        rule = PyErr_Occurred() ? -1 : 1;
+      } else if (size != nullptr) {  // (the first carrier is the batch: judge the call)
+        const BatchArgs batch{carried.holder, carried.samplers, carried.others};
+        rule = plan_batch_call(entry, args, kwargs, batch, &check) < 0 ? -1
+               : check.plan == BatchPlan::kPython                      ? 1
+                                                                       : 0;
+      }
+      Py_XDECREF(entry);
     }
     Py_DECREF(batch_calls);
     if (context == nullptr || rule != 0) {
@@ -192,8 +205,14 @@ PyObject* wrapper_torch_function(PyObject* /*module*/, PyObject* const* argv, Py
     }
   }
 
+  // (a result that does not keep the batch takes its metadata whole, as no batch: its
+  // batch size None, as the Python path's verdict leaves it, where it has a dim)
+  const at::Tensor& plain = THPVariable_Unpack(result);  // (not used once result is given up)
+  const bool kept = size != nullptr && result_keeps(check, plain);
+  const bool dropped = size != nullptr && !kept && plain.dim() > 0;
   PyObject* out = as_instance(cls, result);
-  if (out != nullptr && kind == kWrapMetadata && take_metadata(out, context, size, true) != 0) {
+  if (out != nullptr && kind == kWrapMetadata &&
+      take_metadata(out, context, kept ? size : nullptr, !dropped) != 0) {
     Py_CLEAR(out);
   }
   Py_DECREF(context);

@@ -20,6 +20,8 @@ What a call does to the samples (``BatchRule.does``):
   batch has enough dims (:class:`Rows`: ``F.linear``'s input, an elementwise operator's
   every tensor): the batch is kept where every argument that holds samples holds the same
   ones there, else dropped;
+- ``"dims"``: a call over the dims of one argument (:class:`OverDims`: ``sum``, ``mean``,
+  ``softmax``, ``cumsum``): the batch is kept where dim 0 is not among them, else dropped;
 - ``"judge"``: a rule ``rule(call) -> verdict`` reads the call and its results and keeps
   the batch, moves its samples (a list: the sample each row holds) or drops it (the
   verdicts and the ``call`` are ``tensortools.types.metadata.batch_verdict``'s);
@@ -46,6 +48,7 @@ __all__ = [
     "KEEP",
     "KEEPS",
     "RECORDS",
+    "OverDims",
     "RUNNERS",
     "BatchRule",
     "Rows",
@@ -83,6 +86,18 @@ class Rows(NamedTuple):
     results: tuple | None = None
 
 
+class OverDims(NamedTuple):
+    """A declarative verdict (``does == "dims"``): a call over the dims given at argument
+    `position` or by one of the keywords `names` (`default` where the call gives neither;
+    None: every dim). KEEP where those are other dims than 0 and every result keeps the
+    batch's dim 0 (a tensor there: elementwise, as ``torch.max(b, other)``); DROP where dim 0
+    is among them (a reduction or scan over the samples) or they are every dim."""
+
+    position: int
+    default: Any = None
+    names: tuple = ("dim",)
+
+
 class _Keeps:
     def __repr__(self) -> str:
         return "KEEPS"
@@ -99,16 +114,21 @@ class BatchRule(NamedTuple):
     does: str  # "keep", "rows", "judge", "apart", "join" or "runs"
     verdict: Any  # KEEPS, a Rows, a rule(call) -> verdict, or None (the batch dropped)
     runs: Callable | None  # rule(cls, func, types, args, kwargs): "apart", "join", "runs"
-    compiled: str  # "keeps" (runs it itself), "python" (a batch's call), "handler" (every)
+    # "keeps" (runs it itself), "judged" (runs and judges it itself where it can),
+    # "python" (a batch's call takes the Python path), "handler" (every call does)
+    compiled: str
 
 
 #: The records, by function.
 RECORDS: dict[Callable, BatchRule] = {}
 
-#: The functions whose calls with a batch the compiled path may run itself, keeping the
-#: batch: those whose record is ``"keep"`` (a view of RECORDS, kept in step with it, that
-#: C reads by membership).
-COMPILED: dict[Callable, None] = {}
+#: The functions whose calls with a batch the compiled path may run and judge itself
+#: (a view of RECORDS, kept in step with it, that csrc/python/batch_plan.cpp reads): None
+#: for a ``"keep"`` record, its Rows (every result judged alike: ``results`` None) or its
+#: OverDims for a declared one. C tells the last two apart by their first field (an int:
+#: OverDims' position) and leaves every call it cannot judge by position, dims and shape
+#: alone to the Python path, before running it.
+COMPILED: dict[Callable, Rows | OverDims | None] = {}
 
 #: The rules of the records that run their calls themselves ("apart", "join", "runs"), by
 #: function: the view the class's fallback reads on every call (a view of RECORDS, kept in
@@ -147,12 +167,12 @@ def batch_rule(
     `min_ndim` and `results`: :class:`Rows`); with no function, a decorator of the
     function served (``@batch_rule(rows=ALL)`` over ``def my_op``). Otherwise a
     decorator: of ``rule(call) -> verdict`` (KEEP, DROP, the sample each row holds, or one
-    of these per result; a :class:`Rows` is taken too), or with ``apart=True``,
-    ``join=True`` or ``runs=True`` of ``rule(cls, func, types, args, kwargs)``, which runs
-    the call itself (NotImplemented: the record's verdict judges it); ``by_handler=True`` marks the
-    verdict of a function that a handler of the class joins (``torch.stack``: every call
-    of it takes the Python path). Returns the decorator (which returns the rule) or,
-    declared, the functions' records."""
+    of these per result; a :class:`Rows` or an :class:`OverDims` is taken too), or with
+    ``apart=True``, ``join=True`` or ``runs=True`` of ``rule(cls, func, types, args,
+    kwargs)``, which runs the call itself (NotImplemented: the record's verdict judges it);
+    ``by_handler=True`` marks the verdict of a function that a handler of the class joins
+    (``torch.stack``: every call of it takes the Python path). Returns the decorator
+    (which returns the rule) or, declared, the functions' records."""
     name = "batch_rule()"
     declared = keep or rows != ()
     if not funcs and not declared:
@@ -185,10 +205,27 @@ def batch_rule(
 
     def register(rule: Callable) -> Callable:
         runner = "apart" if apart else "join" if join else "runs" if runs else None
-        declared = type(rule) is Rows and runner is None
+        declared = type(rule) in (Rows, OverDims) and runner is None
         if not callable(rule) and not declared:
             raise TypeError(f"{name}: the rule must be callable, got {rule!r}")
-        does = "join" if by_handler else "rows" if declared else "judge"
+        if type(rule) is Rows and not _declared_rows(rule):
+            raise TypeError(
+                f"{name}: Rows needs positions (ALL or a tuple of non-negative ints), a "
+                f"min_ndim (a non-negative int) and results (None or a tuple of "
+                f"non-negative ints), got {rule!r}"
+            )
+        if type(rule) is OverDims and not (
+            type(rule.position) is int
+            and rule.position >= 0
+            and isinstance(rule.names, tuple)
+            and all(type(n) is str for n in rule.names)
+        ):
+            raise TypeError(
+                f"{name}: OverDims needs a position (a non-negative int) and names (a tuple "
+                f"of str), got {rule!r}"
+            )
+        kind = "dims" if type(rule) is OverDims else "rows"
+        does = "join" if by_handler else kind if declared else "judge"
         for f in targets:
             if runner is not None:
                 _register(f, runner, runs=rule)
@@ -197,6 +234,15 @@ def batch_rule(
         return rule
 
     return register
+
+
+def _declared_rows(rows: Rows) -> bool:
+    return (
+        (rows.positions is ALL or _positions(rows.positions))
+        and type(rows.min_ndim) is int
+        and rows.min_ndim >= 0
+        and (rows.results is None or (_positions(rows.results) and bool(rows.results)))
+    )
 
 
 def _positions(value: Any) -> bool:
@@ -227,12 +273,21 @@ def _register(
         elif old is not None and runs is not None:
             verdict = old.verdict  # (a runner added to a record with a verdict)
         handler = handler or (old is not None and old.compiled == "handler")
-        compiled = "handler" if handler else "keeps" if verdict is KEEPS and not runs else "python"
+        compiled = "handler" if handler else "python" if runs else _compiled(verdict)
         record = RECORDS[func] = BatchRule(func, does, verdict, runs, compiled)
-        if compiled == "keeps":
-            COMPILED[func] = None
+        if compiled != "python" and compiled != "handler":
+            COMPILED[func] = None if verdict is KEEPS else verdict
         else:
             COMPILED.pop(func, None)
         if runs is not None:
             RUNNERS[func] = runs
     return record
+
+
+def _compiled(verdict: Any) -> str:
+    """What the compiled path does with a batch's call of a record that runs no call."""
+    if verdict is KEEPS:
+        return "keeps"
+    if type(verdict) is OverDims or (type(verdict) is Rows and verdict.results is None):
+        return "judged"
+    return "python"

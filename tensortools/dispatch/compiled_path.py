@@ -145,13 +145,18 @@ def wrap_result(
 ) -> Any:
     """A result of the compiled path's call other than one new plain strided tensor,
     wrapped as the Python path wraps it (for a batch's call, which comes with no context:
-    with the class's own, as the Python path makes it)."""
+    with the class's own, as the Python path makes it, and the batch settled by the
+    class's ``_settle_batch`` where the function's record judges its calls)."""
     if result is None or type(result) in _NOT_TENSORS:
         return result  # (t.dim(), t.shape, t.dtype: nothing to wrap, nothing to walk)
     args, kwargs = args or (), kwargs or {}
-    if context is None and cls._fast.kind == WrapperPath.WRAP_METADATA:
-        context = cls.context(func, args, kwargs)
     call = (func, args, kwargs, argument_tensors(args, kwargs))
+    if context is None and cls._fast.kind == WrapperPath.WRAP_METADATA:
+        out = wrap_outputs(cls, result, cls.context(func, args, kwargs), {}, call)
+        calls, settle = cls._fast.batch_calls, getattr(cls, "_settle_batch", None)
+        if calls is None or settle is None or calls.get(func) is None:
+            return out  # (a "keep" record: every result is the batch)
+        return settle(func, args, kwargs, out, call[3])
     return wrap_outputs(cls, result, context, {}, call)
 
 

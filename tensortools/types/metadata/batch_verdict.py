@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from tensortools.dispatch.batch_rules import ALL, DROP, KEEP, KEEPS, Rows
+from tensortools.dispatch.batch_rules import ALL, DROP, KEEP, KEEPS, OverDims, Rows
 from tensortools.dispatch.binding import argument
 from tensortools.types.metadata.dicts import metadata_of, same_metadata
 from tensortools.types.metadata.results import batch_size_of
@@ -38,6 +38,7 @@ __all__ = [
     "of_input",
     "operand",
     "over_dims",
+    "over_dims_verdict",
     "plain_shape",
     "quantile",
     "row_major",
@@ -78,7 +79,12 @@ class Call(NamedTuple):
 def argument_of(call: Call, position: int, default: Any = None, name: str | None = None) -> Any:
     """The argument torch binds to `position`, or the keyword `name` (a parameter some
     overloads take by keyword only: ``sort(b, stable=True, dim=0)``, ``aminmax(b, dim=1)``)."""
-    for key in _NAMES.get(name, (name,)) if name is not None else ():
+    names = _NAMES.get(name, (name,)) if name is not None else ()
+    return _argument_named(call, position, default, names)
+
+
+def _argument_named(call: Call, position: int, default: Any, names: tuple) -> Any:
+    for key in names:
         if key in call.kwargs:
             return call.kwargs[key]
     return argument(call.func, call.args, call.kwargs, position, default)
@@ -219,23 +225,26 @@ def row_major(call: Call) -> Any:
     return kept_rows(call, others_unused=True)
 
 
-def over_dims(position: int, default: Any = None, name: str = "dim") -> Callable:
+def over_dims(position: int, default: Any = None, name: str = "dim") -> OverDims:
     """A call over the dims of its argument at `position` (default `default`; None: every
-    dim): KEEP unless dim 0 is among them (a reduction or scan over the samples)."""
+    dim): KEEP unless dim 0 is among them (a reduction or scan over the samples). A
+    declared verdict (:class:`~tensortools.dispatch.batch_rules.OverDims`), which the
+    compiled path judges too; :func:`over_dims_verdict` is its verdict."""
+    return OverDims(position, default, _NAMES.get(name, (name,)))
 
-    def rule(call: Call) -> Any:
-        dim = argument_of(call, position, default, name)
-        if isinstance(dim, Tensor):  # torch.max(b, other) and the like
-            return elementwise(call)
-        if dim is None or isinstance(dim, (bool, list, tuple)) and not dim:
-            return DROP  # (std(b, True), sum(b, ()): every dim)
-        dims = dims_of(dim, call.ndim)
-        if 0 in dims or None in dims:
-            return DROP
-        return kept_rows(call, rows=ALL)  # (cross(b, other, 1), diff(b, append=a))
 
-    rule.__name__ = f"over_dims({position}, {default!r})"
-    return rule
+def over_dims_verdict(rule: OverDims, call: Call) -> Any:
+    """The verdict of a declared :class:`~tensortools.dispatch.batch_rules.OverDims`
+    (csrc/python/batch_plan.cpp judges the same calls alike)."""
+    dim = _argument_named(call, rule.position, rule.default, rule.names)
+    if isinstance(dim, Tensor):  # torch.max(b, other) and the like
+        return elementwise(call)
+    if dim is None or isinstance(dim, (bool, list, tuple)) and not dim:
+        return DROP  # (std(b, True), sum(b, ()): every dim)
+    dims = dims_of(dim, call.ndim)
+    if 0 in dims or None in dims:
+        return DROP
+    return kept_rows(call, rows=ALL)  # (cross(b, other, 1), diff(b, append=a))
 
 
 def batched(min_ndim: int) -> Callable:
@@ -275,7 +284,7 @@ def nn_softmax(call: Call) -> Any:
 
 
 def quantile(call: Call) -> Any:
-    return over_dims(2)(call) if _scalar_q(call) else DROP
+    return over_dims_verdict(over_dims(2), call) if _scalar_q(call) else DROP
 
 
 def matmul(first: int) -> Callable:
@@ -335,6 +344,8 @@ def verdict_of(rule: Any, call: Call) -> Any:
         return DROP
     if type(rule) is Rows:
         return rows_verdict(rule, call)
+    if type(rule) is OverDims:
+        return over_dims_verdict(rule, call)
     return rule(call)
 
 

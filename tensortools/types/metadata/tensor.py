@@ -47,9 +47,9 @@ from tensortools.types.metadata.results import (
 __all__ = ["MetadataTensor"]
 
 #: The functions whose calls with a batch among their arguments the compiled path may run
-#: itself, keeping the batch: the registry's view of its "keep" records (the same dict,
-#: kept in step with them). See Note [Batch rules] in docs/design.md.
-BATCH_CALLS: dict[Callable, None] = COMPILED
+#: and judge itself: the registry's view of its "keep" records and declared verdicts (the
+#: same dict, kept in step with them). See Note [Batch rules] in docs/design.md.
+BATCH_CALLS: dict[Callable, Any] = COMPILED
 
 
 def _check_merge_policy(cls: type, policy: Any) -> MergePolicy:
@@ -318,6 +318,12 @@ class MetadataTensor(TensorWrapper):
         else:
             context = cls.context(func, args, kwargs)
         out = cls._run_and_wrap(func, types, args, kwargs, tensors, context)
+        return settle(func, args, kwargs, out, tensors, MetadataTensor)
+
+    @classmethod
+    def _settle_batch(cls, func, args, kwargs, out, tensors):
+        """settle for the compiled path's results of a batch's call that it wraps in
+        Python (tuples, an argument returned): compiled_path.wrap_result."""
         return settle(func, args, kwargs, out, tensors, MetadataTensor)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
