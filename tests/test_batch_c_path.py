@@ -11,12 +11,11 @@ the fallback runs for them."""
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from _support.frames import python_calls
 from torch import Tensor
 from torch.utils._pytree import tree_leaves
 
@@ -182,17 +181,7 @@ COMMON = [
 
 @pytest.mark.parametrize(("name", "call"), COMMON, ids=[c[0] for c in COMMON])
 def test_the_common_calls_are_judged_in_c(name, call):
-    seen = []
-
-    def profile(frame, event, arg):
-        if event == "call" and "tensortools/types/metadata" in frame.f_code.co_filename:
-            seen.append(frame.f_code.co_name)
-
-    sys.setprofile(profile)
-    try:
-        result = call()
-    finally:
-        sys.setprofile(None)
+    seen, result = python_calls(call, under="tensortools/types/metadata")
     assert not [n for n in seen if n in ("fallback", "settle", "_settle_batch")], seen
     assert isinstance(result, MetadataTensor)
 

@@ -5,11 +5,11 @@ like torch's own functions; tensortools' operators register their own rows; ever
 checked row by row against the operator run on each sample alone, as plain tensors."""
 
 import pathlib
-import sys
 import warnings
 
 import pytest
 import torch
+from _support.frames import python_calls
 from _support.packages import imports
 from torch import Tensor
 
@@ -145,18 +145,7 @@ def test_a_keep_record_is_read_by_the_compiled_path_and_the_python_one(form):
 
 def _python_calls(run):
     """The names of the Python functions of tensortools that `run()` calls."""
-    names = []
-
-    def profile(frame, event, arg):
-        if event == "call" and "tensortools" in frame.f_code.co_filename:
-            names.append(frame.f_code.co_name)
-
-    sys.setprofile(profile)
-    try:
-        run()
-    finally:
-        sys.setprofile(None)
-    return names
+    return python_calls(run)[0]
 
 
 def _keep_functions():

@@ -89,6 +89,15 @@ def _plain_fallback(cls, func, types, args, kwargs):
     return super(MetadataTensor, cls).fallback(func, types, args, kwargs)
 
 
+def _direct(cls, types, kwargs) -> bool:
+    """Whether a call that writes nothing and returns new views may be run plainly and its
+    results made instances of cls (no keyword arguments, and no type but MetadataTensors
+    takes part)."""
+    return not kwargs and (
+        (len(types) == 1 and types[0] is cls) or all(issubclass(t, MetadataTensor) for t in types)
+    )
+
+
 def _batch_argument(func, args, kwargs) -> Any:
     return argument(func, args, kwargs, 0)
 
@@ -115,9 +124,7 @@ def _getitem(cls, func, types, args, kwargs):
     index = args[1] if len(args) == 2 else argument(func, args, kwargs, 1, None)
     # (the common case, without the fallback's walks over the arguments and results:
     # indexing writes nothing and returns one new view)
-    direct = not kwargs and (
-        (len(types) == 1 and types[0] is cls) or all(issubclass(t, MetadataTensor) for t in types)
-    )
+    direct = _direct(cls, types, kwargs)
     with torch._C.DisableTorchFunctionSubclass():
         shape = batch.shape
         check_batch(metadata, size, shape[0] if shape else 0)
@@ -181,6 +188,20 @@ def _taking_apart(pick: Callable) -> Callable:
         if found is None:
             return NotImplemented
         metadata, size, ndim = found
+        if _direct(cls, types, kwargs) and not torch.compiler.is_compiling():
+            # (the common call, as _getitem's: the plain pieces, each made an instance
+            # with its samples, where every piece holds some; no walks of the fallback)
+            with torch._C.DisableTorchFunctionSubclass():
+                plain = func(*args)
+            pairs = pick(func, args, kwargs, plain, size, ndim)
+            if type(plain) is tuple and len(pairs) == len(plain):
+                with torch._C.DisableTorchFunctionSubclass():
+                    out = tuple(piece.as_subclass(cls) for piece in plain)
+                for piece, (_, selection) in zip(out, pairs):
+                    # (new=False: each piece's batch size written, None for one sample,
+                    # as the fallback's pieces have it)
+                    give(piece, metadata, size, selection, False)
+                return out
         out = _plain_fallback(cls, func, types, args, kwargs)
         for piece, selection in pick(func, args, kwargs, out, size, ndim):
             give(piece, metadata, size, selection)
