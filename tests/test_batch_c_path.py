@@ -11,6 +11,9 @@ the fallback runs for them."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -227,3 +230,38 @@ def test_a_malformed_declared_record_is_refused_naming_its_fields(rule):
     with pytest.raises(TypeError, match="Rows needs|OverDims needs"):
         MetadataTensor.batch_rule(_rowsum)(rule)
     assert RECORDS[_rowsum._opoverload].verdict == OverDims(1, None)
+
+
+HOSTILE_TABLE = """
+import torch
+from tensortools import MetadataTensor
+from tensortools.dispatch.batch_rules import COMPILED, OverDims, Rows
+
+class Mine(MetadataTensor):
+    _fast_batch_calls = {
+        **COMPILED,
+        torch.sum: OverDims(-1),
+        torch.mean: OverDims(-5, None, ("dim",)),
+        torch.add: Rows((-1, 2**70), "x", None),
+        torch.mul: (1, 2),
+        torch.amax: OverDims(2**70),
+    }
+
+b = Mine.wrap_batch(torch.randn(6, 3), {"id": list(range(6))}, 6)
+for func, args in ((torch.sum, (b, 1)), (torch.mean, (b, 1)), (torch.add, (b, 1)),
+                   (torch.mul, (b, 2)), (torch.amax, (b, 1))):
+    got = func(*args)
+    want = Mine._python_torch_function(func, (Mine,), args, {})
+    assert type(got) is type(want) and got.batch_size == want.batch_size == 6, func
+    assert got.metadata == want.metadata and torch.equal(got, want), func
+print("ok")
+"""
+
+
+def test_a_class_table_of_entries_c_cannot_read_takes_the_python_path():
+    # A class's own _fast_batch_calls may hold anything: negative or huge positions, a
+    # position list of the wrong kind, a plain tuple. Run apart: a bad read would crash.
+    result = subprocess.run(
+        [sys.executable, "-c", HOSTILE_TABLE], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]

@@ -79,6 +79,7 @@ BatchPlan plan_of_dims(PyObject* dim, int64_t ndim) {
 int plan_over_dims(PyObject* entry, PyObject* args, PyObject* kwargs, BatchCheck* out) {
   const Py_ssize_t position = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 0));
   if (position == -1 && PyErr_Occurred()) return python_decides();
+  if (position < 0) return 0;  // (a class's own table may hold any entry: Python judges it)
   PyObject* names = PyTuple_GET_ITEM(entry, 2);
   if (!PyTuple_CheckExact(names)) return 0;
   PyObject* dim = nullptr;  // (borrowed)

@@ -55,8 +55,8 @@ class WrapperRecord(NamedTuple):
     #: for WRAP_METADATA, the class whose instances carry metadata; else None
     carrier: type | None = None
     #: for WRAP_METADATA, the functions whose calls with a batch among the arguments may
-    #: stay on the compiled path (a dict; every other such call takes the Python path), or
-    #: None
+    #: stay on the compiled path (a dict: None keeps the batch, a Rows or OverDims is
+    #: judged by it; every other such call takes the Python path), or None
     batch_calls: Mapping | None = None
 
 

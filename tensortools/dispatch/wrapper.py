@@ -125,8 +125,9 @@ class TensorWrapper(TorchFunctionTable, Tensor, metaclass=_RecordedClass):
     #: that states _fast_wrap)
     _fast_carrier: ClassVar[type | None] = None
     #: for WRAP_METADATA, the functions whose calls with a batch among the carriers may
-    #: stay on the compiled path (None: batches are no concern of the type). See Note
-    #: [Batch rules] in docs/design.md.
+    #: stay on the compiled path, a dict: None keeps the batch, a declared Rows or OverDims
+    #: of the batch registry is judged by it (anything else: the Python path); None: batches
+    #: are no concern of the type. See Note [Batch rules] in docs/design.md.
     _fast_batch_calls: ClassVar[Mapping | None] = None
 
     @classmethod
