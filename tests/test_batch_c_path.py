@@ -265,3 +265,38 @@ def test_a_class_table_of_entries_c_cannot_read_takes_the_python_path():
         [sys.executable, "-c", HOSTILE_TABLE], capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
+
+
+def test_threads_calling_while_another_registers_records_get_the_python_paths_results():
+    # The registry's table is shared: one thread replaces a record again and again while
+    # others call through C; every result must be what the Python path gives.
+    import threading
+
+    stop, problems = threading.Event(), []
+    op = torch.ops.batchcpath.rowsum.default
+
+    def register():
+        while not stop.is_set():
+            MetadataTensor.batch_rule(_rowsum)(OverDims(1, None))
+            MetadataTensor.batch_rule(torch.sum)(OverDims(1, None))
+
+    def call():
+        for i in range(30):
+            for func, args in ((op, (b, 1 + i % 2)), (torch.sum, (b, i % 3)), (torch.add, (b, 1))):
+                got = _summary(func(*args))
+                want = _summary(
+                    MetadataTensor._python_torch_function(func, (MetadataTensor,), args, {})
+                )
+                if [(g[0], g[2], g[3]) for g in got] != [(w[0], w[2], w[3]) for w in want]:
+                    problems.append((func, args[1:]))
+
+    writer = threading.Thread(target=register)
+    callers = [threading.Thread(target=call) for _ in range(3)]
+    writer.start()
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join()
+    stop.set()
+    writer.join()
+    assert not problems, problems[:5]
