@@ -166,8 +166,9 @@ def lltm_on_types() -> None:
     )
 
     # A batch of N one-hot rows scaled by 0.5 is the ScalarTensor 0.5 * I_N: its handler
-    # (tensortools.types.scalar.operators) gives the fused kernel the input's part of the
-    # gates, 0.5 * W[:, S:]ᵀ (N × 3S), in place of the N×N matrix and its product.
+    # (tensortools.types.scalar.operators) forms the input's part of the gates as the
+    # scaled slice 0.5 * W[:, S:]ᵀ (N × 3S), in place of the N×N matrix and its product,
+    # and the cell's pointwise kernel runs on the gates.
     n = 1024
     one_hot = nn.LLTM(n, state)
     h, c = torch.zeros(n, state), torch.zeros(n, state)

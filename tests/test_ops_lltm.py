@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 import tensortools
 from tensortools import MetadataTensor, ops, reference
+from tensortools.ops.lltm import lltm_from_gates
 
 # (batch, features, state): tiny odd sizes, batch 1, batch 16 of 32 features into a state
 # of 128, and a state size above 1024 that is not a power of two.
@@ -490,8 +491,35 @@ def _lltm_backward_reference(grad_h, grad_cell, new_cell, gates, X, weights):
     return d_X[:, S:], d_gates.t() @ X, d_gates.sum(0), d_X[:, :S], d_old_cell
 
 
+def _gates_forward_samples(layout, dtype, device):
+    B, S = (0 if layout == "empty" else 3), 4
+    # pre-activation gates on both sides of elu's kink and far out in sigmoid's tails
+    gates = make((B, 3 * S), layout, dtype, device, scale=3.0)
+    return [tuple(requiring_grad(gates, make((B, S), layout, dtype, device)))]
+
+
+def _gates_backward_samples(layout, dtype, device):
+    (args,) = _gates_forward_samples("empty" if layout == "empty" else "contiguous", dtype, device)
+    _, new_cell, activated = T.lltm_gates_forward(*args)
+    grads = [make(new_cell.shape, layout, dtype, device) for _ in range(2)]
+    return [(*grads, laid_out(new_cell, layout), laid_out(activated, layout))]
+
+
+def _gates_forward_reference(gates, old_cell):
+    """lltm_gates_forward's (new_h, new_cell, activated): the cell's pointwise maths."""
+    i, o, c = gates.chunk(3, dim=-1)
+    ig, og, cc = torch.sigmoid(i), torch.sigmoid(o), torch.nn.functional.elu(c)
+    new_cell = old_cell + cc * ig
+    return torch.tanh(new_cell) * og, new_cell, torch.cat([ig, og, cc], dim=-1)
+
+
 #: The torch.ops.tensortools operators this file covers, and how to make their samples.
-SAMPLE_BUILDERS = {"lltm_forward": _lltm_forward_samples, "lltm_backward": _lltm_backward_samples}
+SAMPLE_BUILDERS = {
+    "lltm_forward": _lltm_forward_samples,
+    "lltm_backward": _lltm_backward_samples,
+    "lltm_gates_forward": _gates_forward_samples,
+    "lltm_gates_backward": _gates_backward_samples,
+}
 
 
 # --- its cases of the sweeps over every operator (_support/op_records.py) ---
@@ -509,10 +537,15 @@ class TestSamples(OperatorTests):
     references = {
         "lltm_forward": cell_forward_reference,
         "lltm_backward": _lltm_backward_reference,
+        "lltm_gates_forward": _gates_forward_reference,
+        "lltm_gates_backward": cell_backward_reference,
     }
     # The LLTM's kernels take the half types on the CPU too (computing in float32).
     dtypes = dict.fromkeys(references, dict.fromkeys(("cpu", "cuda"), FLOATING["cuda"]))
-    no_derivative = {"lltm_backward": r"tensortools\.ops\.lltm does not support double backward"}
+    no_derivative = dict.fromkeys(
+        ("lltm_backward", "lltm_gates_backward"),
+        r"tensortools\.ops\.lltm does not support double backward",
+    )
     error_calls = {
         "lltm": ErrorCall(
             ops.lltm,
@@ -539,6 +572,15 @@ class TestSamples(OperatorTests):
             reference.lltm,
             _TRANSFORM_SHAPES,
             (0, None, None, 0, 0),
+            "lltm",
+            no_double_backward=True,
+        ),
+        # (the pointwise pass ScalarTensor's lltm handler calls on the gates it forms)
+        "lltm_from_gates": Transform(
+            lltm_from_gates,
+            lambda gates, old_cell: _gates_forward_reference(gates, old_cell)[:2],
+            [(3, 6), (3, 2)],
+            (0, 0),
             "lltm",
             no_double_backward=True,
         ),

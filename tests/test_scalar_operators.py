@@ -75,9 +75,7 @@ def rand(*shape, grad=True):
 
 # -- lltm ---------------------------------------------------------------------------------
 
-LLTM_CASES = [  # (N, S): 3S < N takes the scaled slice, 3S >= N the dense input
-    (n, s) for n in (1, 2, 7, 40) for s in (1, 2, 7)
-]
+LLTM_CASES = [(n, s) for n in (0, 1, 2, 7, 40) for s in (1, 2, 7)]  # (N, S)
 
 
 @pytest.mark.parametrize("n, s", LLTM_CASES)
@@ -86,7 +84,7 @@ def test_lltm_scalar_input(n, s, value, formed):
     d = ScalarTensor(n, value, dtype=F64)
     args = (d, rand(3 * s, s + n), rand(3 * s), rand(n, s), rand(n, s))
     check_against_reference(ops.lltm, reference.lltm, args)
-    assert formed[0] == (3 * s >= n)  # the dense input only where it costs less
+    assert formed[0] == 0
 
 
 @pytest.mark.parametrize("n", [1, 3, 6])
@@ -100,6 +98,43 @@ def test_lltm_scalar_state(n, where):
     f = n if where == "all" else 5
     args = (input, rand(3 * n, n + f), rand(3 * n), old_h, old_cell)
     check_against_reference(ops.lltm, reference.lltm, args)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "expanded"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_lltm_scalar_input_layouts_and_dtypes(layout, dtype, no_dense):
+    # weights and states of every layout, in each dtype, against the float64 reference
+    from _support.op_samples import HALF_TOLERANCE, laid_out
+
+    n, s = 9, 2
+    w, b, h, c = rand(3 * s, s + n), rand(3 * s), rand(n, s), rand(n, s)
+    args = [laid_out(t, layout).to(dtype).requires_grad_() for t in (w, b, h, c)]
+    got = ops.lltm(ScalarTensor(n, -0.75, dtype=dtype), *args)
+    exact = [a.detach().double().requires_grad_() for a in args]
+    want = reference.lltm(-0.75 * torch.eye(n, dtype=F64), *exact)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {}
+    tol = tol or {"rtol": HALF_TOLERANCE[dtype] * 4, "atol": HALF_TOLERANCE[dtype] * 4}
+    for g, e in zip(got, want):
+        assert g.dtype == dtype
+        torch.testing.assert_close(g.double(), e, **tol)
+    grads = torch.autograd.grad(sum(o.double().sum() for o in got), args)
+    grads_want = torch.autograd.grad(sum(o.sum() for o in want), exact)
+    for g, e in zip(grads, grads_want):
+        torch.testing.assert_close(g.double(), e, **tol)
+
+
+def test_lltm_scalar_input_with_a_users_type():
+    # MetadataTensor weights: the gates and results are MetadataTensors with its metadata
+    from tensortools import MetadataTensor
+
+    n, s = 6, 2
+    w = MetadataTensor(rand(3 * s, s + n, grad=False), metadata={"layer": 3})
+    b, h, c = rand(3 * s, grad=False), rand(n, s, grad=False), rand(n, s, grad=False)
+    new_h, new_c = ops.lltm(ScalarTensor(n, 0.5, dtype=F64), w, b, h, c)
+    want = reference.lltm(0.5 * torch.eye(n, dtype=F64), w.as_subclass(torch.Tensor), b, h, c)
+    for g, e in zip((new_h, new_c), want):
+        assert isinstance(g, MetadataTensor) and g.metadata["layer"] == 3
+        torch.testing.assert_close(g.as_subclass(torch.Tensor), e)
 
 
 def test_lltm_module_and_no_dense(no_dense):

@@ -13,6 +13,8 @@ namespace tensortools::lltm {
 namespace {
 constexpr const char* kForward = "tensortools.lltm";
 constexpr const char* kBackward = "tensortools.lltm_backward";
+constexpr const char* kGatesForward = "tensortools.lltm_gates_forward";
+constexpr const char* kGatesBackward = "tensortools.lltm_gates_backward";
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lltm_forward(
@@ -141,6 +143,42 @@ void check_backward_args(const at::Tensor& grad_h, const at::Tensor& grad_cell,
                     ") columns, got ", SF);
 }
 
+GatesForwardOutputs allocate_gates_forward(const at::Tensor& gates, const at::Tensor& old_cell) {
+  const auto options = gates.options();
+  const c10::SymInt B = old_cell.sym_size(0), S = old_cell.sym_size(1);
+  return {at::empty_symint({B, S}, options), at::empty_symint({B, S}, options),
+          at::empty_symint({B, 3 * S}, options)};
+}
+
+GatesBackwardOutputs allocate_gates_backward(const at::Tensor& new_cell) {
+  const auto options = new_cell.options();
+  const c10::SymInt B = new_cell.sym_size(0), S = new_cell.sym_size(1);
+  return {at::empty_symint({B, 3 * S}, options), at::empty_symint({B, S}, options)};
+}
+
+void check_gates_forward_args(const at::Tensor& gates, const at::Tensor& old_cell,
+                              c10::ArrayRef<at::ScalarType> allowed) {
+  const Arg a_gates{gates, "gates"}, a_old_cell{old_cell, "old_cell"};
+  checks::common(kGatesForward, {a_gates, a_old_cell}, allowed);
+  checks::dim(kGatesForward, a_old_cell, 2, "batch x state_size");
+  checks::dim(kGatesForward, a_gates, 2, "batch x 3*state_size");
+  const c10::SymInt B = old_cell.sym_size(0), S = old_cell.sym_size(1);
+  checks::shape(kGatesForward, a_gates, {B, 3 * S}, "batch x 3*state_size");
+}
+
+void check_gates_backward_args(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                               const at::Tensor& new_cell, const at::Tensor& activated,
+                               c10::ArrayRef<at::ScalarType> allowed) {
+  const Arg a_grad_h{grad_h, "grad_h"}, a_grad_cell{grad_cell, "grad_cell"},
+      a_new_cell{new_cell, "new_cell"}, a_activated{activated, "activated"};
+  checks::common(kGatesBackward, {a_new_cell, a_grad_h, a_grad_cell, a_activated}, allowed);
+  checks::dim(kGatesBackward, a_new_cell, 2, "batch x state_size");
+  const c10::SymInt B = new_cell.sym_size(0), S = new_cell.sym_size(1);
+  checks::shape(kGatesBackward, a_grad_h, {B, S}, "batch x state_size");
+  checks::shape(kGatesBackward, a_grad_cell, {B, S}, "batch x state_size");
+  checks::shape(kGatesBackward, a_activated, {B, 3 * S}, "batch x 3*state_size");
+}
+
 namespace {
 
 // The meta kernels (what torch.compile and meta tensors see): the same checks and the same
@@ -160,12 +198,27 @@ BackwardOutputs lltm_backward_meta(const at::Tensor& grad_h, const at::Tensor& g
   return allocate_backward(new_cell, X);
 }
 
+GatesForwardOutputs lltm_gates_forward_meta(const at::Tensor& gates, const at::Tensor& old_cell) {
+  check_gates_forward_args(gates, old_cell, floating_types_for(gates.device()));
+  return allocate_gates_forward(gates, old_cell);
+}
+
+GatesBackwardOutputs lltm_gates_backward_meta(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                                              const at::Tensor& new_cell,
+                                              const at::Tensor& activated) {
+  check_gates_backward_args(grad_h, grad_cell, new_cell, activated,
+                            floating_types_for(new_cell.device()));
+  return allocate_gates_backward(new_cell);
+}
+
 }  // namespace
 }  // namespace tensortools::lltm
 
 TORCH_LIBRARY_IMPL(tensortools, Meta, m) {
   m.impl("lltm_forward", &tensortools::lltm::lltm_forward_meta);
   m.impl("lltm_backward", &tensortools::lltm::lltm_backward_meta);
+  m.impl("lltm_gates_forward", &tensortools::lltm::lltm_gates_forward_meta);
+  m.impl("lltm_gates_backward", &tensortools::lltm::lltm_gates_backward_meta);
 }
 
 TORCH_LIBRARY_FRAGMENT(tensortools, m) {
@@ -177,4 +230,10 @@ TORCH_LIBRARY_FRAGMENT(tensortools, m) {
       " Tensor X, Tensor weights)"
       " -> (Tensor d_input, Tensor d_weights, Tensor d_bias, Tensor d_old_h,"
       " Tensor d_old_cell)");
+  m.def(
+      "lltm_gates_forward(Tensor gates, Tensor old_cell)"
+      " -> (Tensor new_h, Tensor new_cell, Tensor activated)");
+  m.def(
+      "lltm_gates_backward(Tensor grad_h, Tensor grad_cell, Tensor new_cell, Tensor activated)"
+      " -> (Tensor d_gates, Tensor d_old_cell)");
 }

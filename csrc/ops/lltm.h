@@ -70,6 +70,22 @@ void check_step_args(const char* op, const Arg& input, int64_t input_dim, const 
                      const Arg& weights, const Arg& bias, const Arg& h, const Arg& cell,
                      c10::ArrayRef<at::ScalarType> allowed);
 
+// The cell's pointwise pass on pre-activation gates computed elsewhere (B×3S): the operators
+// lltm_gates_forward(gates, old_cell) -> (new_h, new_cell, activated), activated holding the
+// activated gates side by side as lltm_forward's gates does, and lltm_gates_backward(grad_h,
+// grad_cell, new_cell, activated) -> (d_gates, d_old_cell). Their outputs, allocated here
+// for every backend's kernel and the meta kernel (contiguous, with the options of the first
+// argument), and the checks of their arguments.
+using GatesForwardOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+using GatesBackwardOutputs = std::tuple<at::Tensor, at::Tensor>;
+GatesForwardOutputs allocate_gates_forward(const at::Tensor& gates, const at::Tensor& old_cell);
+GatesBackwardOutputs allocate_gates_backward(const at::Tensor& new_cell);
+void check_gates_forward_args(const at::Tensor& gates, const at::Tensor& old_cell,
+                              c10::ArrayRef<at::ScalarType> allowed);
+void check_gates_backward_args(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                               const at::Tensor& new_cell, const at::Tensor& activated,
+                               c10::ArrayRef<at::ScalarType> allowed);
+
 // Validates the forward arguments (ranks, shapes, dtypes in `allowed`, one device).
 void check_forward_args(const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
                         const at::Tensor& old_h, const at::Tensor& old_cell,

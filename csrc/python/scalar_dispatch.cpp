@@ -20,7 +20,10 @@
 //   ADD, SUB, MUL, DIV, MATMUL  arithmetic.py's calls of two operands (d + e, d - e, d * e
 //      with alpha= for add and sub, d * 2, 2 * d, d / 2 with rounding_mode=, d @ e), for
 //      ScalarTensors of one N (any N) or, for mul and div, one and a Python number: see
-//      arithmetic() in scalar_binary.cpp.
+//      arithmetic() in scalar_binary.cpp;
+//   SCALE, ADD_DIAGONAL, AXPBY  operators.py's calls of tensortools.ops.scale(d, number),
+//      add_diagonal(d, number) and axpby(d, e, alpha, beta) of ScalarTensors: the
+//      kernels on their pairs, see scalar_operators.h.
 // The arithmetic of SUM, FROBENIUS and the eigenvalues, and the range rules the Python
 // handlers share (probe_of, probed_pair, in_range, number_passes, lapack_safe), are
 // defined once, in scalar_rules.cpp and scalar_values.cpp, and exported to Python
@@ -43,6 +46,7 @@
 #include <exception>
 
 #include "scalar_binary.h"
+#include "scalar_operators.h"
 #include "scalar_rules.h"
 #include "scalar_values.h"
 
@@ -166,6 +170,7 @@ PyObject* fast(PyObject* record, PyObject* cls, PyObject* func, PyObject* args, 
     return arithmetic(klass, cls, code, args,
                       kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0 ? kwargs : nullptr);
   }
+  if (code >= kScale && code <= kGraphConv) return operators(klass, cls, code, args, kwargs);
   if (Py_TYPE(x) != reinterpret_cast<PyTypeObject*>(cls)) return nullptr;
   const bool further =
       PyTuple_GET_SIZE(args) > 1 || (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0);

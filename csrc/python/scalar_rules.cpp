@@ -24,7 +24,12 @@ constexpr std::pair<const char*, long> kCodeNames[] = {{"ELEMENTWISE", kElementw
                                                        {"SUB", kSub},
                                                        {"MUL", kMul},
                                                        {"DIV", kDiv},
-                                                       {"MATMUL", kMatmul}};
+                                                       {"MATMUL", kMatmul},
+                                                       {"SCALE", kScale},
+                                                       {"ADD_DIAGONAL", kAddDiagonal},
+                                                       {"AXPBY", kAxpby},
+                                                       {"LLTM", kLltm},
+                                                       {"GRAPH_CONV", kGraphConv}};
 
 // |v| as Python's abs() gives it for the number tolist() reads: fabs of a real value (a
 // NaN keeps its payload), and for a complex one the modulus, infinite where a part is,

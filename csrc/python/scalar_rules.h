@@ -27,7 +27,12 @@ enum Code : long {
   kSub = 9,
   kMul = 10,
   kDiv = 11,
-  kMatmul = 12
+  kMatmul = 12,
+  kScale = 13,
+  kAddDiagonal = 14,
+  kAxpby = 15,
+  kLltm = 16,
+  kGraphConv = 17
 };
 
 // SUM (reductions' whole sum): N * value, in int64 for bool and integers (wrapping around

@@ -47,6 +47,21 @@ def lltm(
     return new_h, new_cell
 
 
+@batch_rule(rows=(0, 1), min_ndim=2)  # (a batch of gates or old_cell rows)
+def lltm_from_gates(gates: Tensor, old_cell: Tensor) -> tuple[Tensor, Tensor]:
+    """The LLTM cell's fused pointwise pass on pre-activation gates computed elsewhere:
+    ``gates`` B×3S (``X @ weights.T + bias`` of :func:`lltm`'s maths), ``old_cell`` B×S,
+    of one floating dtype and device. Returns ``(new_h, new_cell)``, both B×S. Not in
+    ``__all__``: ScalarTensor's ``lltm`` handler forms the input's part of the gates
+    without a matrix product and calls it (tensortools.types.scalar.operators)."""
+    args = (gates, old_cell)
+    if overridden(args):
+        return handle_torch_function(lltm_from_gates, args, *args)
+    check_tensors("lltm.lltm_from_gates", ("gates", "old_cell"), args)
+    new_h, new_cell, _ = _gates_forward(*args)
+    return new_h, new_cell
+
+
 # (h_n and c_n have the rows of h0 and c0, whatever T; output's dim 0 is time)
 @batch_rule(rows=(3, 4), results=(1, 2))
 def lltm_sequence(
@@ -116,10 +131,7 @@ def _cell_tangent(input, weights, bias, old_h, old_cell, t_input, t_weights, t_b
     in ATen operators, rather than read from the kernel's saved gates: so the tangents are
     themselves differentiable (reverse over forward mode, jacrev(jacfwd(f)), is right)."""
     X = torch.cat([old_h, input], dim=-1)
-    ig, og, cc = torch.nn.functional.linear(X, weights, bias).chunk(3, dim=-1)
-    ig, og, cc = torch.sigmoid(ig), torch.sigmoid(og), torch.nn.functional.elu(cc)
-    new_cell = old_cell + cc * ig
-    tanh_cell = torch.tanh(new_cell)
+    gates = torch.nn.functional.linear(X, weights, bias)
     t_gates = None
     if t_h is not None or t_input is not None:
         t_X = torch.cat(
@@ -133,6 +145,17 @@ def _cell_tangent(input, weights, bias, old_h, old_cell, t_input, t_weights, t_b
     if t_weights is not None:
         t_gates = _add(t_gates, X @ t_weights.t())
     t_gates = _add(t_gates, t_bias)
+    return _gates_tangent(gates, old_cell, t_gates, t_c)
+
+
+def _gates_tangent(gates, old_cell, t_gates, t_c):
+    """The pointwise pass's (new_h, new_cell) and their tangents (None for none), from the
+    pre-activation gates, old_cell and their tangents (None for none), in ATen operators
+    (see _cell_tangent)."""
+    ig, og, cc = gates.chunk(3, dim=-1)
+    ig, og, cc = torch.sigmoid(ig), torch.sigmoid(og), torch.nn.functional.elu(cc)
+    new_cell = old_cell + cc * ig
+    tanh_cell = torch.tanh(new_cell)
     t_new_cell, t_og = t_c, None
     if t_gates is not None:
         t_i, t_o, t_cc = t_gates.chunk(3, dim=-1)
@@ -193,6 +216,38 @@ def _lltm_fold(info, in_dims, input, weights, bias, old_h, old_cell):
     old_cell = _fold_rows(old_cell, old_cell_dim, V)
     out = torch.ops.tensortools.lltm_forward.default(input, weights, bias, old_h, old_cell)
     return tuple(o.unflatten(0, (V, B)) for o in out), (0, 0, 0, 0)
+
+
+def _gates_setup(ctx, inputs, output):
+    _, new_cell, activated = output
+    ctx.save_for_backward(new_cell, activated)
+    ctx.save_for_forward(*inputs)
+    ctx.mark_non_differentiable(activated)
+    ctx.set_materialize_grads(False)
+
+
+def _gates_backward(ctx, grad_h, grad_cell, _grad_activated):
+    new_cell, activated = ctx.saved_tensors
+    grad_h, grad_cell = _zeros_if_none(grad_h, new_cell), _zeros_if_none(grad_cell, new_cell)
+    return _gates_backward_op(grad_h, grad_cell, new_cell, activated)
+
+
+def _gates_jvp(ctx, t_gates, t_cell):
+    _, _, t_h, t_cell = _gates_tangent(*ctx.saved_tensors, t_gates, t_cell)
+    return t_h, t_cell, None
+
+
+def _rows_vmap(op):
+    """A batching rule for an operator all of whose arguments and results are B×k rows,
+    each row computed alone: the samples are more rows."""
+
+    def rule(info, in_dims, *args):
+        V = info.batch_size
+        B = next(_sample_rows(a, d) for a, d in zip(args, in_dims) if d is not None)
+        out = op(*(_fold_rows(a, d, V) for a, d in zip(args, in_dims)))
+        return tuple(o.unflatten(0, (V, B)) for o in out), (0,) * len(out)
+
+    return rule
 
 
 def _lltm_sequence_setup(ctx, inputs, output):
@@ -276,6 +331,22 @@ _lltm_backward_op = register(
     jvp=no_second_order("lltm", _SECOND_ORDER.format("lltm")),
     # The weights' and bias' gradients sum over the batch: per sample, a loop.
     vmap=loop_vmap(torch.ops.tensortools.lltm_backward.default),
+)
+# The cell's pointwise pass on gates computed elsewhere (ScalarTensor's lltm handler forms
+# the input's part of the gates without a matrix product: lltm_from_gates)
+_gates_forward = register(
+    "tensortools::lltm_gates_forward",
+    setup_context=_gates_setup,
+    backward=_gates_backward,
+    jvp=_gates_jvp,
+    vmap=_rows_vmap(torch.ops.tensortools.lltm_gates_forward.default),
+)
+_gates_backward_op = register(
+    "tensortools::lltm_gates_backward",
+    setup_context=lambda ctx, inputs, output: None,
+    backward=no_second_order("lltm", _SECOND_ORDER.format("lltm")),
+    jvp=no_second_order("lltm", _SECOND_ORDER.format("lltm")),
+    vmap=_rows_vmap(torch.ops.tensortools.lltm_gates_backward.default),
 )
 _sequence_forward = register(
     "tensortools::lltm_sequence_forward",

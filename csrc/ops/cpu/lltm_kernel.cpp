@@ -211,6 +211,24 @@ BackwardOutputs lltm_backward_cpu(const at::Tensor& grad_h, const at::Tensor& gr
   return buf.outputs();
 }
 
+GatesForwardOutputs lltm_gates_forward_cpu(const at::Tensor& gates, const at::Tensor& old_cell) {
+  check_gates_forward_args(gates, old_cell, kAllFloatingTypes);
+  auto [new_h, new_cell, activated] = allocate_gates_forward(gates, old_cell);
+  activated.copy_(gates);  // (the pass activates in place; the caller's gates stay)
+  forward_pointwise(activated, old_cell.contiguous(), new_cell, new_h);
+  return {new_h, new_cell, activated};
+}
+
+GatesBackwardOutputs lltm_gates_backward_cpu(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                                             const at::Tensor& new_cell,
+                                             const at::Tensor& activated) {
+  check_gates_backward_args(grad_h, grad_cell, new_cell, activated, kAllFloatingTypes);
+  auto [d_gates, d_old_cell] = allocate_gates_backward(new_cell);
+  backward_pointwise(activated.contiguous(), new_cell.contiguous(), grad_h.contiguous(),
+                     grad_cell.contiguous(), d_gates, d_old_cell);
+  return {d_gates, d_old_cell};
+}
+
 SequenceForwardOutputs lltm_sequence_forward_cpu(const at::Tensor& input, const at::Tensor& weights,
                                                  const at::Tensor& bias, const at::Tensor& h0,
                                                  const at::Tensor& c0) {
@@ -243,6 +261,8 @@ SequenceBackwardOutputs lltm_sequence_backward_cpu(
 TORCH_LIBRARY_IMPL(tensortools, CPU, m) {
   m.impl("lltm_forward", &tensortools::lltm::lltm_forward_cpu);
   m.impl("lltm_backward", &tensortools::lltm::lltm_backward_cpu);
+  m.impl("lltm_gates_forward", &tensortools::lltm::lltm_gates_forward_cpu);
+  m.impl("lltm_gates_backward", &tensortools::lltm::lltm_gates_backward_cpu);
   m.impl("lltm_sequence_forward", &tensortools::lltm::lltm_sequence_forward_cpu);
   m.impl("lltm_sequence_backward", &tensortools::lltm::lltm_sequence_backward_cpu);
   m.impl("lltm_sequence_inference", &tensortools::lltm::lltm_sequence_inference_cpu);

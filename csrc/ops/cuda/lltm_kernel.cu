@@ -138,10 +138,32 @@ BackwardOutputs lltm_backward_cuda(const at::Tensor& grad_h, const at::Tensor& g
   return buf.outputs();
 }
 
+GatesForwardOutputs lltm_gates_forward_cuda(const at::Tensor& gates, const at::Tensor& old_cell) {
+  check_gates_forward_args(gates, old_cell, kCudaFloatingTypes);
+  const c10::cuda::CUDAGuard guard(gates.device());
+  auto [new_h, new_cell, activated] = allocate_gates_forward(gates, old_cell);
+  activated.copy_(gates);  // (the pass activates in place; the caller's gates stay)
+  forward_pointwise(activated, old_cell.contiguous(), new_cell, new_h);
+  return {new_h, new_cell, activated};
+}
+
+GatesBackwardOutputs lltm_gates_backward_cuda(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                                              const at::Tensor& new_cell,
+                                              const at::Tensor& activated) {
+  check_gates_backward_args(grad_h, grad_cell, new_cell, activated, kCudaFloatingTypes);
+  const c10::cuda::CUDAGuard guard(new_cell.device());
+  auto [d_gates, d_old_cell] = allocate_gates_backward(new_cell);
+  backward_pointwise(activated.contiguous(), new_cell.contiguous(), grad_h.contiguous(),
+                     grad_cell.contiguous(), d_gates, d_old_cell);
+  return {d_gates, d_old_cell};
+}
+
 }  // namespace
 }  // namespace tensortools::lltm
 
 TORCH_LIBRARY_IMPL(tensortools, CUDA, m) {
   m.impl("lltm_forward", &tensortools::lltm::lltm_forward_cuda);
   m.impl("lltm_backward", &tensortools::lltm::lltm_backward_cuda);
+  m.impl("lltm_gates_forward", &tensortools::lltm::lltm_gates_forward_cuda);
+  m.impl("lltm_gates_backward", &tensortools::lltm::lltm_gates_backward_cuda);
 }

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from tensortools._native import C as _C
+from tensortools.ops._autograd import wants_autograd
 from tensortools.types.scalar.small import hidden, small_matrix, transforms_active
 from tensortools.types.scalar.tensor import ScalarTensor, dim_index
 
@@ -269,9 +270,10 @@ KERNEL_DTYPES = frozenset(
 
 def call_kernel(op: Callable, input: Tensor, value: Tensor) -> Any:
     """``op(input, value)`` for a kernel whose arguments the handler has checked
-    (``value`` a 0-d tensor of input's dtype and device). Without a gradient to record,
-    the call skips the autograd layer, which costs more than the kernel on small inputs."""
-    if torch.is_grad_enabled() and (input.requires_grad or value.requires_grad):
+    (``value`` a 0-d tensor of input's dtype and device). Without a derivative to record
+    (a gradient, or a tangent of forward-mode AD), the call skips the autograd layer,
+    which costs more than the kernel on small inputs."""
+    if wants_autograd((input, value)):
         return op(input, value)
     with torch._C._AutoDispatchBelowAutograd():
         return op(input, value)

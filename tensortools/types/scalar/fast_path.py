@@ -19,10 +19,12 @@ from collections.abc import Callable
 
 import torch
 
+from tensortools import ops
 from tensortools.types.scalar import (  # noqa: F401  (the families whose handlers it marks)
     arithmetic,
     closed_forms,
     linalg,
+    operators,
     reductions,
 )
 from tensortools.types.scalar.elementwise import ELEMENTWISE, flags_of
@@ -38,7 +40,8 @@ __all__ = ["ANSWERED_IN_C"]
 #: (linalg); ADD, SUB, MUL, DIV, MATMUL the two-operand calls arithmetic answers with
 #: a structured result, where its operands are ScalarTensors of one N or (mul, div) one
 #: ScalarTensor and a Python number (the reflected forms that swap operands, __rsub__,
-#: __rtruediv__, __rmatmul__, have handlers of their own and take the Python path).
+#: __rtruediv__, __rmatmul__, have handlers of their own and take the Python path);
+#: SCALE, ADD_DIAGONAL, AXPBY, LLTM, GRAPH_CONV as _OPERATORS below says.
 ANSWERED_IN_C: dict[FastCode, tuple[Callable, ...]] = {
     FastCode.ELEMENTWISE: (torch.neg, *(f for f in ELEMENTWISE if not flags_of(f))),
     FastCode.FLAGGED: tuple(f for f in ELEMENTWISE if flags_of(f)),
@@ -60,9 +63,25 @@ _ARITHMETIC = {
     "DIV": (torch.div,),
     "MATMUL": (torch.matmul, torch.mm),
 }
-# (an extension built before these codes has none: its arithmetic takes the Python path)
+#: SCALE, ADD_DIAGONAL, AXPBY, LLTM, GRAPH_CONV: tensortools.ops that operators.py answers
+#: without the dense matrix (scale and add_diagonal of d, axpby of d and e: the kernels on
+#: their pairs; lltm of d as the input, graph_conv of d as the adjacency, with plain
+#: tensors asking nothing of autograd: its kernels on the scaled slices and the products).
+#: csrc/python/scalar_operators.h says which calls exactly.
+_OPERATORS = {
+    "SCALE": (ops.scale,),
+    "ADD_DIAGONAL": (ops.add_diagonal,),
+    "AXPBY": (ops.axpby,),
+    "LLTM": (ops.lltm,),
+    "GRAPH_CONV": (ops.graph_conv,),
+}
+# (an extension built before these codes has none: those calls take the Python path)
 ANSWERED_IN_C.update(
-    {FastCode[name]: funcs for name, funcs in _ARITHMETIC.items() if name in FastCode.__members__}
+    {
+        FastCode[name]: funcs
+        for name, funcs in {**_ARITHMETIC, **_OPERATORS}.items()
+        if name in FastCode.__members__
+    }
 )
 
 

@@ -33,6 +33,7 @@ from torch import Tensor
 
 from tensortools import ops
 from tensortools.ops._checks import check_number
+from tensortools.ops.lltm import _gates_forward, lltm_from_gates
 from tensortools.types.scalar.common import (
     KERNEL_DTYPES,
     plain_operand,
@@ -54,7 +55,7 @@ def diagonal_product(d: ScalarTensor, m: Tensor, *, left: bool = True) -> Tensor
     """``d.tensor() @ m`` (``left``) or ``m @ d.tensor()`` without the N×N matrix: the
     ``scale`` kernel's ``value * m``, NaN where the dense product meets a non-finite entry
     of ``m`` in another row (left) or column (right) of the same column (row)."""
-    value = d._scalar()
+    value = d._pair[0]
     if not _branch_free() and not hidden(m):
         out, all_finite = scale_finite(m, value)
         if bool(all_finite):
@@ -67,13 +68,15 @@ def diagonal_product(d: ScalarTensor, m: Tensor, *, left: bool = True) -> Tensor
     return torch.where(elsewhere, math.nan, out)
 
 
-def _tensors_like(d: ScalarTensor, tensors: tuple) -> bool:
-    """Whether tensors (None allowed) are tensors of d's floating dtype and device: what
-    the handlers below compute for (anything else is the dense call's to refuse)."""
-    if not d.dtype.is_floating_point:
+def _tensors_like(d: ScalarTensor | Tensor, tensors: tuple) -> bool:
+    """Whether tensors (None allowed) are tensors of d's (a ScalarTensor's, or its pair's)
+    floating dtype and device: what the handlers below compute for (anything else is the
+    dense call's to refuse)."""
+    dtype, device = d.dtype, d.device
+    if not dtype.is_floating_point:
         return False
     return all(
-        t is None or (isinstance(t, Tensor) and t.dtype == d.dtype and t.device == d.device)
+        t is None or (isinstance(t, Tensor) and t.dtype == dtype and t.device == device)
         for t in tensors
     )
 
@@ -90,27 +93,34 @@ def lltm(input: Any, weights: Any, bias: Any, old_h: Any, old_cell: Any) -> Any:
     old_cell = old_cell.tensor() if isinstance(old_cell, ScalarTensor) else old_cell
     if not isinstance(input, ScalarTensor):
         return ops.lltm(input, weights, bias, old_h, old_cell)
-    n = input.N
-    if not _tensors_like(input, (weights, bias, old_h, old_cell)) or weights.dim() != 2:
+    n, pair = input.N, input._pair
+    if not _tensors_like(pair, (weights, bias, old_h, old_cell)) or weights.dim() != 2:
         return NotImplemented
     s = weights.shape[0] // 3
-    if weights.shape != (3 * s, s + n) or old_h.shape != (n, s) or old_cell.shape != (n, s):
+    if (
+        weights.shape != (3 * s, s + n)
+        or bias.shape != (3 * s,)
+        or old_h.shape != (n, s)
+        or old_cell.shape != (n, s)
+    ):
         return NotImplemented
-    if 3 * s >= n:  # I_3S is no smaller than the dense input
-        return ops.lltm(input.tensor(), weights, bias, old_h, old_cell)
-    # gates = old_h @ W[:, :S]ᵀ + (value * I_N) @ W[:, S:]ᵀ + bias, the second term as
-    # the kernel's input, multiplied by I_3S. That product spreads a non-finite entry of
-    # the term over its row, where the dense one keeps it in its place: such weights take
-    # the dense input (under torch.func and torch.compile, which cannot branch on them,
-    # the row is NaN).
-    if _branch_free() or hidden(weights):
-        input_part = diagonal_product(input, weights[:, s:].t())
-    else:
-        input_part, all_finite = scale_finite(weights[:, s:].t(), input._scalar())
+    # gates = old_h @ W[:, :S]ᵀ + (value * I_N) @ W[:, S:]ᵀ + bias: the second term is
+    # (W[:, S:] @ (value * I_N))ᵀ, a scaled slice (NaN where the dense product meets a
+    # non-finite weight: diagonal_product), the first a product of N×S by S×3S; the
+    # kernel's pointwise pass then runs on the gates as in the cell.
+    w_input = weights[:, s:]
+    plain = all(type(t) is Tensor for t in (weights, bias, old_h, old_cell))
+    if plain and not _branch_free() and not hidden(weights):
+        input_part, all_finite = scale_finite(w_input, pair[0])
         if not bool(all_finite):
-            return NotImplemented
-    eye = torch.eye(3 * s, dtype=weights.dtype, device=weights.device)
-    return ops.lltm(input_part, torch.cat([weights[:, :s], eye], 1), bias, old_h, old_cell)
+            input_part = diagonal_product(input, w_input, left=False)
+    else:
+        input_part = diagonal_product(input, w_input, left=False)
+    gates = torch.addmm(input_part.t(), old_h, weights[:, :s].t()).add_(bias)
+    if plain:  # (no other type to hand the call to: the operator's own call)
+        new_h, new_cell, _ = _gates_forward(gates, old_cell)
+        return new_h, new_cell
+    return lltm_from_gates(gates, old_cell)
 
 
 # -- graph convolution ------------------------------------------------------------------
@@ -131,7 +141,7 @@ def graph_conv(adj: Any, x: Any, weight: Any, bias: Any = None) -> Any:
     if not scalars or isinstance(bias, ScalarTensor):
         return NotImplemented
     dense = tuple(t for t in (adj, x, weight, bias) if not isinstance(t, ScalarTensor))
-    if not _tensors_like(scalars[0], (*dense, *(d.scalar() for d in scalars))):
+    if not _tensors_like(scalars[0]._pair, (*dense, *(d._pair for d in scalars))):
         return NotImplemented
     if any(t.layout != torch.strided for t in dense if t is not None and t is not adj):
         return NotImplemented
@@ -145,7 +155,14 @@ def graph_conv(adj: Any, x: Any, weight: Any, bias: Any = None) -> Any:
         return NotImplemented
     # the kernel's order: (adj @ x) @ weight when F_in <= F_out (csrc/ops/graph_conv.h)
     if f_in <= f_out:
-        out = _product(_product(adj, x), weight)
+        ax = _product(adj, x)
+        if (
+            bias is not None
+            and not isinstance(ax, ScalarTensor)
+            and not isinstance(weight, ScalarTensor)
+        ):
+            return torch.addmm(bias, ax, weight)  # (the kernel's own call)
+        out = _product(ax, weight)
     else:
         out = _product(adj, _product(x, weight))
     if isinstance(out, ScalarTensor):  # all three were: the dense matrix is the result
@@ -171,7 +188,7 @@ def axpby(x: Any, y: Any, alpha: Any, beta: Any) -> Any:
     if not _tensors_like(d, (t,)) or t.layout != torch.strided:
         return NotImplemented
     try:
-        shape = torch.broadcast_shapes(d.shape, t.shape)
+        shape = t.shape if t.shape == d.shape else torch.broadcast_shapes(d.shape, t.shape)
     except RuntimeError:
         return NotImplemented
     # b * t, broadcast to the result's shape (no N×N beyond the result), then a * value
