@@ -63,12 +63,23 @@ def _calls(d, number, others):
 
 
 def _others(d, dtype, n):
-    return [
+    """Second operands of axpby: ScalarTensors, and dense tensors of shapes, layouts and
+    kinds the C path takes and leaves."""
+    like = dtype if dtype.is_floating_point else torch.float32
+    t = torch.randn(2, n, n, dtype=like)
+    others = [
         ScalarTensor(n, -2.5, dtype=dtype),
         ScalarTensor(n + 1, 1.0, dtype=dtype),  # (sizes that differ)
         ScalarTensor(n, 3, dtype=torch.float64 if dtype != torch.float64 else torch.float32),
-        torch.ones(n, n, dtype=dtype) if dtype.is_floating_point else torch.ones(n, n),
+        t[0],
+        t,  # (a batch of matrices)
+        t[0].t(),
+        torch.randn(n, n, dtype=like, requires_grad=True),
+        torch.ones(n, n, dtype=torch.float64 if like != torch.float64 else torch.float32),
     ]
+    if n:
+        others += [t[0, :1].expand(n, n), t[0, 0]]  # (broadcast: the Python path)
+    return others
 
 
 @pytest.mark.parametrize("dtype", SWEEP_DTYPES)
@@ -121,11 +132,13 @@ def test_the_common_calls_run_no_python_handler(dtype, n):
     ]
     if dtype in (torch.float32, torch.float64):  # (axpby's CPU dtypes)
         forms += [lambda: ops.axpby(d, e, 2.0, -1.0), lambda: ops.axpby(d, d, 1, 0)]
-    for form in forms:
+    t = torch.randn(n, n, dtype=dtype)
+    dense = [lambda: ops.axpby(d, t, 2.0, -1.0), lambda: ops.axpby(t, d, 0.5, 3)]
+    for form in forms + dense:
         names, result = python_calls(form, under="tensortools/types")
         # (the class's __torch_function__ frame hands the call to C)
         assert names == ["__torch_function__"], names
-        assert isinstance(result, ScalarTensor) and result.N == n
+        assert (type(result) is torch.Tensor) == (form in dense) and result.shape[-1] == n
 
 
 def test_other_calls_take_the_python_path():
@@ -135,7 +148,8 @@ def test_other_calls_take_the_python_path():
         lambda: ops.scale(d, math.inf),  # NaN off the diagonal: the dense call's
         lambda: ops.axpby(d, d, math.inf, 1.0),
         lambda: ops.axpby(d, ScalarTensor(4, 1.0), 1.0, 1.0),
-        lambda: ops.axpby(d, torch.ones(3, 3), 1.0, 1.0),
+        lambda: ops.axpby(d, torch.ones(3), 1.0, 1.0),  # (broadcast)
+        lambda: ops.axpby(d, torch.ones(3, 3, requires_grad=True), 1.0, 1.0),
         lambda: ops.scale(ScalarTensor(3, 2, dtype=torch.int64), 2),
     ]:
         names, _ = python_calls(lambda: _outcome(form), under="tensortools/types")

@@ -266,6 +266,48 @@ def test_vmap_and_grad(formed):
     assert formed[0] == 0
 
 
+def _tangent_forms():
+    """(name, f(m, *dense), shapes of the dense arguments) for m a ScalarTensor (N = 4)
+    or its dense matrix: the calls whose handlers run tensortools' kernels."""
+    lltm = lambda m, w, b, h, c: ops.lltm(m, w, b, h, c)  # noqa: E731
+    return [
+        ("d @ x", lambda m, x: m @ x, [(4, 3)]),
+        ("x @ d", lambda m, x: x @ m, [(3, 4)]),
+        ("x + d", lambda m, x: x + m, [(4, 4)]),
+        ("d - x", lambda m, x: m - x, [(2, 4, 4)]),
+        ("axpby(d, x)", lambda m, x: ops.axpby(m, x, 2.0, -1.0), [(4, 4)]),
+        ("axpby(x, d)", lambda m, x: ops.axpby(x, m, 0.5, 3.0), [(4, 4)]),
+        ("graph_conv", lambda m, x, w, b: ops.graph_conv(m, x, w, b), [(4, 2), (2, 3), (3,)]),
+        ("graph_conv F_in > F_out", lambda m, x, w: ops.graph_conv(m, x, w), [(4, 3), (3, 2)]),
+        ("lltm", lltm, [(6, 6), (6,), (4, 2), (4, 2)]),
+    ]
+
+
+@pytest.mark.parametrize("name, f, shapes", _tangent_forms(), ids=lambda x: x)
+def test_forward_mode_tangents_as_on_the_dense_matrix(name, f, shapes):
+    # every dense argument dual in turn, then all: the tangents of the dense call (the
+    # one-pass kernels' calls skipped autograd and dropped them)
+    import torch.autograd.forward_ad as fwAD
+
+    d = ScalarTensor(4, 1.5, dtype=F64)
+    args = [rand(*s, grad=False) for s in shapes]
+    for duals in [*({i} for i in range(len(args))), set(range(len(args)))]:
+        tangents = [
+            torch.randn_like(a) if i in duals else torch.zeros_like(a) for i, a in enumerate(args)
+        ]
+        with fwAD.dual_level():
+            dual = [
+                fwAD.make_dual(a, t) if i in duals else a
+                for i, (a, t) in enumerate(zip(args, tangents))
+            ]
+            out = f(d, *dual)
+            got = [fwAD.unpack_dual(o).tangent for o in (out if isinstance(out, tuple) else (out,))]
+        _, want = torch.func.jvp(lambda *a: f(dense_of(d), *a), tuple(args), tuple(tangents))
+        for g, w in zip(got, want if isinstance(want, tuple) else (want,)):
+            assert g is not None, (name, duals)
+            torch.testing.assert_close(g, w)
+
+
 def test_compile_eager(formed):
     n, s = 12, 2
     d = ScalarTensor(n, 0.5, dtype=F64)

@@ -199,30 +199,6 @@ PyObject* graph_conv(PyObject* args, int64_t n, const at::Tensor& pair) {
   return THPVariable_Wrap(std::move(out));
 }
 
-PyObject* axpby(PyObject* klass, PyObject* cls, PyObject* args, PyObject* n, PyObject* x_pair) {
-  PyObject* y_n = nullptr;
-  PyObject* y_pair = nullptr;
-  double alpha = 0.0, beta = 0.0;
-  if (!as_double(PyTuple_GET_ITEM(args, 2), /*allow_bool=*/false, &alpha) ||
-      !as_double(PyTuple_GET_ITEM(args, 3), /*allow_bool=*/false, &beta) || !std::isfinite(alpha) ||
-      !std::isfinite(beta) || !floating_operand(PyTuple_GET_ITEM(args, 1), cls, &y_n, &y_pair)) {
-    return nullptr;
-  }
-  PyObject* out = nullptr;
-  const int same_n = PyObject_RichCompareBool(n, y_n, Py_EQ);  // (exact ints: no Python code)
-  const at::Tensor& x = THPVariable_Unpack(x_pair);
-  const at::Tensor& y = THPVariable_Unpack(y_pair);
-  if (same_n == 1 && x.scalar_type() == y.scalar_type()) {
-    static const auto kernel = op<Axpby>("tensortools::axpby");
-    at::AutoDispatchBelowAutograd below;
-    out = structured(klass, n, kernel.call(x, y, alpha, beta));
-  }
-  PyErr_Clear();
-  Py_DECREF(y_n);
-  Py_DECREF(y_pair);
-  return out;
-}
-
 // Whether a forward-mode AD level is open (the Python path then runs the call: its
 // tangents are the operators' registered route's).
 bool dual_level_open() {
@@ -234,6 +210,62 @@ bool dual_level_open() {
   const long value = level != nullptr && PyLong_Check(level) ? PyLong_AsLong(level) : 0;
   Py_XDECREF(level);
   return level == nullptr || value != -1;
+}
+
+// ops.axpby(d, t, alpha, beta) or ops.axpby(t, d, beta, alpha), t a dense tensor of shape
+// (..., N, N): the Python handler's beta * t (the scale kernel), alpha * value added to its
+// diagonal in place.
+PyObject* axpby_dense(PyObject* t_object, int64_t n, const at::Tensor& pair, double alpha,
+                      double beta) {
+  const at::Tensor* t = plain_argument(t_object, pair.scalar_type());
+  if (t == nullptr || t->dim() < 2 || t->size(-1) != n || t->size(-2) != n) return nullptr;
+  static const auto scale = op<Unary>("tensortools::scale");
+  at::Tensor out = scale.call(*t, value_tensor(beta, *t));
+  out.diagonal(0, -2, -1).add_(at::mul(pair.select(0, 0), alpha));
+  return THPVariable_Wrap(std::move(out));
+}
+
+// ops.axpby(x, y, alpha, beta) with a ScalarTensor of class cls for x or y: both
+// ScalarTensors of one N and dtype, the kernel on their pairs; one, axpby_dense (where no
+// dual level is open).
+PyObject* axpby(PyObject* klass, PyObject* cls, PyObject* args) {
+  double alpha = 0.0, beta = 0.0;
+  if (!as_double(PyTuple_GET_ITEM(args, 2), /*allow_bool=*/false, &alpha) ||
+      !as_double(PyTuple_GET_ITEM(args, 3), /*allow_bool=*/false, &beta) || !std::isfinite(alpha) ||
+      !std::isfinite(beta)) {
+    return nullptr;
+  }
+  PyObject* ns[2] = {nullptr, nullptr};
+  PyObject* pairs[2] = {nullptr, nullptr};
+  bool scalar[2];
+  for (int i = 0; i < 2; ++i) {
+    scalar[i] = floating_operand(PyTuple_GET_ITEM(args, i), cls, &ns[i], &pairs[i]);
+  }
+  PyObject* out = nullptr;
+  if (scalar[0] && scalar[1]) {
+    const at::Tensor& x = THPVariable_Unpack(pairs[0]);
+    const at::Tensor& y = THPVariable_Unpack(pairs[1]);
+    if (PyObject_RichCompareBool(ns[0], ns[1], Py_EQ) == 1 &&  // (exact ints: no Python code)
+        x.scalar_type() == y.scalar_type()) {
+      static const auto kernel = op<Axpby>("tensortools::axpby");
+      at::AutoDispatchBelowAutograd below;
+      out = structured(klass, ns[0], kernel.call(x, y, alpha, beta));
+    }
+  } else if ((scalar[0] || scalar[1]) && !dual_level_open()) {
+    const int d = scalar[0] ? 0 : 1;
+    const int64_t size = PyLong_AsLongLong(ns[d]);
+    if (size >= 0) {
+      at::AutoDispatchBelowAutograd below;
+      out = axpby_dense(PyTuple_GET_ITEM(args, 1 - d), size, THPVariable_Unpack(pairs[d]),
+                        d == 0 ? alpha : beta, d == 0 ? beta : alpha);
+    }
+  }
+  PyErr_Clear();
+  for (int i = 0; i < 2; ++i) {
+    Py_XDECREF(ns[i]);
+    Py_XDECREF(pairs[i]);
+  }
+  return out;
 }
 
 int arguments_of(long code) {
@@ -261,6 +293,14 @@ PyObject* operators(PyObject* klass, PyObject* cls, long code, PyObject* args, P
     PyErr_Clear();
     return nullptr;
   }
+  if (code == kAxpby) {
+    try {
+      return axpby(klass, cls, args);
+    } catch (const std::exception&) {
+      PyErr_Clear();
+      return nullptr;  // (the Python path runs the call again, and raises what it raises)
+    }
+  }
   PyObject* n = nullptr;
   PyObject* pair = nullptr;
   if (!floating_operand(PyTuple_GET_ITEM(args, 0), cls, &n, &pair)) return nullptr;
@@ -274,9 +314,8 @@ PyObject* operators(PyObject* klass, PyObject* cls, long code, PyObject* args, P
         out = code == kLltm ? lltm(args, size, p) : graph_conv(args, size, p);
       }
     } else {
-      out = code == kAxpby ? axpby(klass, cls, args, n, pair)
-                           : scale_or_add_diagonal(klass, n, THPVariable_Unpack(pair), code,
-                                                   PyTuple_GET_ITEM(args, 1));
+      out = scale_or_add_diagonal(klass, n, THPVariable_Unpack(pair), code,
+                                  PyTuple_GET_ITEM(args, 1));
     }
   } catch (const std::exception&) {
     out = nullptr;  // (the Python path runs the call again, and raises what it raises)

@@ -13,7 +13,9 @@ namespace tensortools::python::scalar {
 // value * I_2 (add_diagonal: its first row is the new pair), the value converted to d's
 // dtype as torch.tensor(value, dtype=...) converts it. ops.axpby(d, e, alpha, beta), d and
 // e such ScalarTensors of one N and dtype, alpha and beta finite ints or floats (not
-// bool): the kernel on their pairs. ops.lltm(d, weights, bias, old_h, old_cell) and
+// bool): the kernel on their pairs; ops.axpby(d, t, alpha, beta) or (t, d, beta, alpha)
+// with t a dense tensor of shape (..., N, N) as below: beta * t (the scale kernel) with
+// alpha * value added to its diagonal. ops.lltm(d, weights, bias, old_h, old_cell) and
 // ops.graph_conv(d, x, weight, bias) with every other argument (bias may be None for
 // graph_conv) exactly a torch.Tensor, strided, on the CPU, of d's dtype and of the shapes the
 // handler takes, none requiring grad where grad mode is on, no forward-mode AD level open,
