@@ -134,6 +134,7 @@ def test_the_common_calls_run_no_python_handler(dtype, n):
         forms += [lambda: ops.axpby(d, e, 2.0, -1.0), lambda: ops.axpby(d, d, 1, 0)]
     t = torch.randn(n, n, dtype=dtype)
     dense = [lambda: ops.axpby(d, t, 2.0, -1.0), lambda: ops.axpby(t, d, 0.5, 3)]
+    dense = dense if dtype in (torch.float32, torch.float64) else []
     for form in forms + dense:
         names, result = python_calls(form, under="tensortools/types")
         # (the class's __torch_function__ frame hands the call to C)
@@ -264,7 +265,8 @@ def test_lltm_and_graph_conv_take_both_paths_alike(op, dtype):
             want_t = want[0] if isinstance(want[0], tuple) else (want[0],)
             assert [_bits(g) for g in got_t] == [_bits(w) for w in want_t], args
             answered += "python_torch_function" not in names
-    assert answered > 10
+    # (graph_conv's CPU kernel takes float32 and float64: the others raise on both paths)
+    assert answered > 10 or (op == "graph_conv" and dtype in (torch.float16, torch.bfloat16))
 
 
 def _lltm_args(grad=False):
@@ -295,3 +297,26 @@ def test_gradients_and_tangents_take_the_python_path():
     with fwAD.dual_level():
         out = ops.graph_conv(d, fwAD.make_dual(x, torch.ones_like(x)), torch.eye(3), None)
         torch.testing.assert_close(fwAD.unpack_dual(out).tangent, 0.5 * torch.ones(6, 3))
+
+
+def test_a_dual_pair_keeps_its_tangent_on_both_paths():
+    # a ScalarTensor whose pair carries a tangent (from a dual number): the calls keep it,
+    # as the Python path and the dense call do
+    import torch.autograd.forward_ad as fwAD
+
+    def tangents():
+        d = ScalarTensor(3, 1.5)
+        with fwAD.dual_level():
+            r = ops.scale(d, fwAD.make_dual(torch.tensor(2.0), torch.tensor(1.0)))
+            e, t = ScalarTensor(3, 1.0), torch.randn(3, 3)
+            outs = [ops.scale(r, 3), ops.add_diagonal(r, 1), ops.axpby(r, e, 2.0, 1.0)]
+            outs += [ops.axpby(r, t, 2.0, 1.0), ops.axpby(t, r, 1.0, 2.0)]
+            return [fwAD.unpack_dual(_dense(o)).tangent for o in outs]
+
+    got = tangents()
+    with _python_path():
+        want = tangents()
+    eye = torch.eye(3)
+    for g, w, scale in zip(got, want, (4.5, 1.5, 3.0, 3.0, 3.0)):
+        assert g is not None and torch.equal(g, w)
+        torch.testing.assert_close(g, scale * eye)

@@ -388,3 +388,110 @@ def test_strict_refusal_names_operator_and_argument(func, position):
     message = str(info.value)
     assert func.__name__ in message and f"'{name}'" in message
     assert "torch.Tensor" not in message and "strict" in message
+
+
+# -- every argument vmapped; autocast; dtypes the dense call refuses --------------------------
+
+
+@pytest.mark.parametrize("position", [1, 2, 3, 4])
+@pytest.mark.parametrize("in_dim", [0, -1])
+def test_lltm_vmap_over_each_argument(position, in_dim):
+    n, s = 5, 2
+    d = ScalarTensor(n, 0.7, dtype=F64)
+    args = [d, rand(3 * s, s + n, grad=False), rand(3 * s, grad=False)]
+    args += [rand(n, s, grad=False), rand(n, s, grad=False)]
+    stacked = torch.stack([args[position], 2 * args[position], -args[position]], in_dim)
+
+    def call(m, x):
+        full = list(args)
+        full[0], full[position] = m, x
+        return ops.lltm(*full)
+
+    got = torch.func.vmap(lambda x: call(d, x), in_dims=in_dim)(stacked)
+    want = torch.func.vmap(lambda x: reference.lltm(*_with(args, position, x)), in_dims=in_dim)(
+        stacked
+    )
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+
+
+def _with(args, position, x):
+    full = [dense_of(a) for a in args]
+    full[position] = x
+    return full
+
+
+AUTOCAST_CALLS = {
+    "lltm": lambda m, t: ops.lltm(m, t["w"], t["b"], t["h"], t["c"]),
+    "graph_conv bias": lambda m, t: ops.graph_conv(m, t["x"], t["wide"], t["bias"]),
+    "graph_conv F_in > F_out": lambda m, t: ops.graph_conv(m, t["x"], t["narrow"], t["b2"]),
+    "graph_conv no bias": lambda m, t: ops.graph_conv(m, t["x"], t["wide"], None),
+}
+
+
+@pytest.mark.parametrize("call", list(AUTOCAST_CALLS))
+def test_under_autocast_as_the_dense_call(call):
+    # the dtype the dense call gives under torch.autocast (the LLTM's autocast kernel casts
+    # every argument; graph_conv adds its bias as it is), and its values
+    n, s = 6, 2
+    g = torch.Generator().manual_seed(0)
+    r = lambda *shape: torch.randn(shape, generator=g)  # noqa: E731
+    t = dict(w=r(3 * s, s + n), b=r(3 * s), h=r(n, s), c=r(n, s), x=r(n, 3))
+    t.update(wide=r(3, 5), bias=r(5), narrow=r(3, 2), b2=r(2))
+    d = ScalarTensor(n, 0.7)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, want = AUTOCAST_CALLS[call](d, t), AUTOCAST_CALLS[call](d.tensor(), t)
+    for a, b in zip(
+        got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)
+    ):
+        assert a.dtype == b.dtype, (call, a.dtype, b.dtype)
+        torch.testing.assert_close(a.float(), b.float(), rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cpu_dtypes_the_dense_kernels_refuse_are_refused(dtype):
+    # graph_conv and axpby take float32 and float64 on the CPU: a ScalarTensor call raises
+    # the dense call's error (the handlers' other kernels would have answered)
+    d, x = ScalarTensor(3, 2.0, dtype=dtype), torch.randn(3, 3, dtype=dtype)
+    for call in [
+        lambda m: ops.graph_conv(m, x, x, None),
+        lambda m: ops.graph_conv(m, x, x, x[0]),
+        lambda m: ops.axpby(m, x, 2.0, 1.0),
+        lambda m: ops.axpby(x, m, 2.0, 1.0),
+        lambda m: ops.axpby(m, m, 2.0, 1.0),
+    ]:
+        with pytest.raises(TypeError) as dense_error:
+            call(d.tensor())
+        with pytest.raises(TypeError) as error:
+            call(d)
+        assert str(error.value) == str(dense_error.value)
+
+
+def test_scale_compiles_whole():
+    # scale by a number the dtype holds finite needs no look at the values
+    d = ScalarTensor(4, 1.5, dtype=F64)
+    for value in (3, -0.5, True):
+        f = torch.compile(lambda m: ops.scale(m, value), backend="eager", fullgraph=True)
+        got = f(d)
+        assert isinstance(got, ScalarTensor) and got.value == 1.5 * value
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("op", ["mul", "rmul", "torch.mul", "div"])
+def test_arithmetic_with_a_dual_number_keeps_its_tangent(op):
+    import torch.autograd.forward_ad as fwAD
+
+    d = ScalarTensor(3, 1.5, dtype=F64)
+    calls = {
+        "mul": lambda m, v: m * v,
+        "rmul": lambda m, v: v * m,
+        "torch.mul": torch.mul,
+        "div": lambda m, v: m / v,
+    }
+    v, t = torch.tensor(2.0, dtype=F64), torch.tensor(1.0, dtype=F64)
+    with fwAD.dual_level():
+        out = calls[op](d, fwAD.make_dual(v, t))
+        got = fwAD.unpack_dual(dense_of(out) if isinstance(out, ScalarTensor) else out).tangent
+    _, want = torch.func.jvp(lambda v: calls[op](dense_of(d), v), (v,), (t,))
+    assert got is not None
+    torch.testing.assert_close(got, want)

@@ -126,6 +126,13 @@ const at::Tensor* plain_argument(PyObject* x, at::ScalarType dtype) {
   return plain ? &t : nullptr;
 }
 
+// Whether graph_conv's and axpby's CPU kernels take the dtype of a pair (float32, float64:
+// kCpuFloatingTypes); a handler computing with other kernels must not answer a call the
+// dense one refuses.
+bool cpu_kernel_dtype(const at::Tensor& pair) {
+  return pair.scalar_type() == at::kFloat || pair.scalar_type() == at::kDouble;
+}
+
 // value * m as diagonal_product(d, m) gives it where m is finite (the scale_finite kernel);
 // undefined where it is not (the Python handler's NaN rule then answers).
 at::Tensor finite_product(const at::Tensor& m, const at::Tensor& pair) {
@@ -176,6 +183,7 @@ PyObject* lltm(PyObject* args, int64_t n, const at::Tensor& pair) {
 // ops.graph_conv(d, x, weight, bias) with d the adjacency: the Python handler's products,
 // in the kernel's order (csrc/ops/graph_conv.cpp), each with d a scaled copy.
 PyObject* graph_conv(PyObject* args, int64_t n, const at::Tensor& pair) {
+  if (!cpu_kernel_dtype(pair)) return nullptr;
   const at::ScalarType dtype = pair.scalar_type();
   const at::Tensor* x = plain_argument(PyTuple_GET_ITEM(args, 1), dtype);
   const at::Tensor* weight = plain_argument(PyTuple_GET_ITEM(args, 2), dtype);
@@ -251,7 +259,8 @@ PyObject* axpby(PyObject* klass, PyObject* cls, PyObject* args) {
       at::AutoDispatchBelowAutograd below;
       out = structured(klass, ns[0], kernel.call(x, y, alpha, beta));
     }
-  } else if ((scalar[0] || scalar[1]) && !dual_level_open()) {
+  } else if ((scalar[0] || scalar[1]) &&
+             cpu_kernel_dtype(THPVariable_Unpack(pairs[scalar[0] ? 0 : 1]))) {
     const int d = scalar[0] ? 0 : 1;
     const int64_t size = PyLong_AsLongLong(ns[d]);
     if (size >= 0) {
@@ -288,11 +297,12 @@ PyObject* operators(PyObject* klass, PyObject* cls, long code, PyObject* args, P
       at::impl::torch_function_mode_enabled() || at::autocast::is_autocast_enabled(at::kCPU)) {
     return nullptr;
   }
-  const bool dense_arguments = code == kLltm || code == kGraphConv;
-  if (dense_arguments && dual_level_open()) {
+  // (a pair or an argument may be a dual tensor: the Python path keeps its tangent)
+  if (dual_level_open()) {
     PyErr_Clear();
     return nullptr;
   }
+  const bool dense_arguments = code == kLltm || code == kGraphConv;
   if (code == kAxpby) {
     try {
       return axpby(klass, cls, args);

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.autograd import forward_ad
 
 from tensortools._native import C as _C
 from tensortools.ops._autograd import wants_autograd
@@ -138,12 +139,13 @@ def _any_hidden(args: tuple, kwargs: dict) -> bool:
 
 def plain_operand(x: Any, like: ScalarTensor) -> Any:
     """x if it is a Python number or a plain 0-d tensor on like's device that needs no
-    gradient and is no torch.func wrapper (what a structured result can absorb); else
-    None."""
+    gradient, is no torch.func wrapper and, while a forward-mode AD level is open, no
+    tensor at all (what a structured result can absorb); else None."""
     if isinstance(x, (bool, int, float, complex)):
         return x
     if (
         type(x) is Tensor
+        and forward_ad._current_level < 0  # (a dual tensor's tangent would be lost)
         and x.dim() == 0
         and not x.requires_grad
         and x.device == like.device

@@ -56,6 +56,8 @@ def diagonal_product(d: ScalarTensor, m: Tensor, *, left: bool = True) -> Tensor
     ``scale`` kernel's ``value * m``, NaN where the dense product meets a non-finite entry
     of ``m`` in another row (left) or column (right) of the same column (row)."""
     value = d._pair[0]
+    if value.dtype != m.dtype:  # (m computed under autocast)
+        value = value.to(m.dtype)
     if not _branch_free() and not hidden(m):
         out, all_finite = scale_finite(m, value)
         if bool(all_finite):
@@ -81,6 +83,17 @@ def _tensors_like(d: ScalarTensor | Tensor, tensors: tuple) -> bool:
     )
 
 
+#: The dtypes of graph_conv's and axpby's CPU kernels (csrc/checks.h, kCpuFloatingTypes);
+#: their CUDA kernels take every floating dtype.
+_CPU_KERNEL_DTYPES = (torch.float32, torch.float64)
+
+
+def _kernel_dtype(d: ScalarTensor) -> bool:
+    """Whether graph_conv's and axpby's kernels take d's dtype on d's device: a handler
+    computing with other kernels must not answer a call the dense one refuses."""
+    return d.device.type != "cpu" or d.dtype in _CPU_KERNEL_DTYPES
+
+
 # -- the LLTM cell ----------------------------------------------------------------------
 
 
@@ -104,6 +117,8 @@ def lltm(input: Any, weights: Any, bias: Any, old_h: Any, old_cell: Any) -> Any:
         or old_cell.shape != (n, s)
     ):
         return NotImplemented
+    if torch.is_autocast_enabled(pair.device.type):
+        return _lltm_autocast(pair.device.type, input, weights, bias, old_h, old_cell)
     # gates = old_h @ W[:, :S]ᵀ + (value * I_N) @ W[:, S:]ᵀ + bias: the second term is
     # (W[:, S:] @ (value * I_N))ᵀ, a scaled slice (NaN where the dense product meets a
     # non-finite weight: diagonal_product), the first a product of N×S by S×3S; the
@@ -116,11 +131,26 @@ def lltm(input: Any, weights: Any, bias: Any, old_h: Any, old_cell: Any) -> Any:
             input_part = diagonal_product(input, w_input, left=False)
     else:
         input_part = diagonal_product(input, w_input, left=False)
-    gates = torch.addmm(input_part.t(), old_h, weights[:, :s].t()).add_(bias)
+    gates = torch.addmm(input_part.t(), old_h, weights[:, :s].t()) + bias
     if plain:  # (no other type to hand the call to: the operator's own call)
         new_h, new_cell, _ = _gates_forward(gates, old_cell)
         return new_h, new_cell
     return lltm_from_gates(gates, old_cell)
+
+
+def _lltm_autocast(device_type: str, input: ScalarTensor, *tensors: Tensor) -> Any:
+    """ops.lltm under autocast as its autocast kernel runs it (csrc/ops/autocast/
+    lltm_autocast.cpp): every floating argument but a float64 one in the autocast dtype,
+    then the call with autocast off."""
+    lower = torch.get_autocast_dtype(device_type)
+
+    def cast(t: Tensor) -> Tensor:
+        return t.to(lower) if t.is_floating_point() and t.dtype != torch.float64 else t
+
+    if input.dtype != torch.float64:
+        input = ScalarTensor._from_pair(input.N, input._pair.to(lower))
+    with torch.autocast(device_type, enabled=False):
+        return ops.lltm(input, *(cast(t) for t in tensors))
 
 
 # -- graph convolution ------------------------------------------------------------------
@@ -145,6 +175,8 @@ def graph_conv(adj: Any, x: Any, weight: Any, bias: Any = None) -> Any:
         return NotImplemented
     if any(t.layout != torch.strided for t in dense if t is not None and t is not adj):
         return NotImplemented
+    if not _kernel_dtype(scalars[0]):
+        return NotImplemented  # (the dense call refuses it, naming the argument)
     shapes = [tuple(t.shape) for t in (adj, x, weight)]
     if len(shapes[1]) != 2 or len(shapes[2]) != 2:
         return NotImplemented
@@ -160,6 +192,7 @@ def graph_conv(adj: Any, x: Any, weight: Any, bias: Any = None) -> Any:
             bias is not None
             and not isinstance(ax, ScalarTensor)
             and not isinstance(weight, ScalarTensor)
+            and not torch.is_autocast_enabled(ax.device.type)  # (bias is added as it is)
         ):
             return torch.addmm(bias, ax, weight)  # (the kernel's own call)
         out = _product(ax, weight)
@@ -185,7 +218,7 @@ def axpby(x: Any, y: Any, alpha: Any, beta: Any) -> Any:
         pair = torch.ops.tensortools.axpby.default(x._pair, y._pair, float(alpha), float(beta))
         return ScalarTensor._from_pair(x.N, pair)
     d, t, a, b = (x, y, alpha, beta) if isinstance(x, ScalarTensor) else (y, x, beta, alpha)
-    if not _tensors_like(d, (t,)) or t.layout != torch.strided:
+    if not _tensors_like(d, (t,)) or t.layout != torch.strided or not _kernel_dtype(d):
         return NotImplemented
     try:
         shape = t.shape if t.shape == d.shape else torch.broadcast_shapes(d.shape, t.shape)
@@ -206,6 +239,13 @@ def _plain_value(d: ScalarTensor, value: Any) -> bool:
     return not isinstance(value, Tensor) or plain_operand(value, d) is not None
 
 
+def _finite_in(value: Any, dtype: torch.dtype) -> bool:
+    """Whether value is a Python number that dtype holds finite."""
+    if not isinstance(value, (bool, int, float)):
+        return False
+    return not dtype.is_floating_point or abs(value) <= torch.finfo(dtype).max
+
+
 @structured(ops.scale)
 def scale(input: Any, value: Any) -> Any:
     if not isinstance(input, ScalarTensor) or input.dtype not in KERNEL_DTYPES:
@@ -213,7 +253,9 @@ def scale(input: Any, value: Any) -> Any:
     if not _plain_value(input, value):
         return NotImplemented
     pair = ops.scale(input._pair, value)  # (refuses a bad value as the dense call does)
-    if not bool(pair[1] == 0):  # 0 * inf or 0 * nan off the diagonal
+    # 0 * value off the diagonal is 0 for a number the dtype holds finite (no branch on the
+    # values: torch.compile traces it whole); else it may be NaN (0 * inf, 0 * nan)
+    if not _finite_in(value, input.dtype) and not bool(pair[1] == 0):
         return NotImplemented
     return ScalarTensor._from_pair(input.N, pair)
 
