@@ -20,6 +20,7 @@ from tensortools.bench.options import (
     BASELINE_LLTM_SIZES,
     BASELINE_RECURRENT_SIZES,
     BASELINE_RECURRENT_STEPS,
+    BASELINE_SCALAR_SIZES,
     build_parser,
     resolve,
 )
@@ -200,7 +201,9 @@ def test_the_compare_and_baseline_options_time_the_rows_issue_60_follows():
         assert args.recurrent_sizes == BASELINE_RECURRENT_SIZES and not args.recurrent_cells
         assert args.recurrent_steps == BASELINE_RECURRENT_STEPS
         assert not (args.no_lltm or args.no_dispatch or args.no_batch)
-        assert args.no_compile and args.no_sequence and args.no_scalar and args.no_conv_bn
+        assert args.no_compile and args.no_sequence and args.no_conv_bn
+        assert not args.no_scalar and args.scalar_operators_only
+        assert args.scalar_size == list(BASELINE_SCALAR_SIZES)
         assert (args.min_run_time, args.rounds) == (0.5, 3)
     quick = resolve(build_parser().parse_args(["--compare", "x", "--quick", "--rounds", "5"]))
     assert (quick.min_run_time, quick.rounds) == (0.1, 5)
@@ -335,7 +338,8 @@ def test_the_compare_command_prints_every_selected_row(tmp_path):
     (tmp_path / "base.json").write_text(json.dumps(baseline))
     out = tmp_path / "today.json"
     command = [sys.executable, "-m", "tensortools.bench", "--compare", str(tmp_path / "base.json")]
-    command += ["--no-lltm", "--no-dispatch", "--no-recurrent", "--min-run-time", "0.01"]
+    command += ["--no-lltm", "--no-dispatch", "--no-recurrent", "--no-scalar"]
+    command += ["--min-run-time", "0.01"]
     command += ["--rounds", "1", "--save-baseline", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

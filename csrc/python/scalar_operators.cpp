@@ -174,7 +174,10 @@ PyObject* lltm(PyObject* args, int64_t n, const at::Tensor& pair) {
   }
   const at::Tensor input_part = finite_product(weights.narrow(1, s, n), pair);
   if (!input_part.defined()) return nullptr;
-  const at::Tensor gates = at::addmm(input_part.t(), old_h, weights.narrow(1, 0, s).t()).add_(bias);
+  // (in place, as the Python handler does here: an out-of-place addmm may order its sums
+  // otherwise, and costs more)
+  at::Tensor gates = input_part.t() + bias;
+  gates.addmm_(old_h, weights.narrow(1, 0, s).t());
   static const auto gates_forward = op<Gates>("tensortools::lltm_gates_forward");
   auto [new_h, new_cell, activated] = gates_forward.call(gates, old_cell);
   return wrap_all({new_h, new_cell});

@@ -138,13 +138,18 @@ def main(argv: list[str] | None = None) -> int:
         print(format_conv_bn_table(results["conv_bn"]))
     if not args.no_scalar:
         print(f"\nScalarTensor structured against the dense matrix (float32, {args.device})")
-        results["scalar"] = scalar_rows(
-            args.scalar_size or SCALAR_SIZES,
-            device=args.device,
-            min_run_time=args.min_run_time,
-            rounds=args.rounds,
-            progress=progress,
-        ) + operator_rows(  # tensortools.ops through ScalarTensor's handlers
+        structured = (
+            []
+            if args.scalar_operators_only
+            else scalar_rows(
+                args.scalar_size or SCALAR_SIZES,
+                device=args.device,
+                min_run_time=args.min_run_time,
+                rounds=args.rounds,
+                progress=progress,
+            )
+        )
+        results["scalar"] = structured + operator_rows(  # tensortools.ops, ScalarTensor
             args.scalar_size or OPERATOR_SIZES,
             device=args.device,
             min_run_time=args.min_run_time,

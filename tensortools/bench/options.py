@@ -16,6 +16,7 @@ __all__ = [
     "BASELINE_LLTM_SIZES",
     "BASELINE_RECURRENT_SIZES",
     "BASELINE_RECURRENT_STEPS",
+    "BASELINE_SCALAR_SIZES",
     "DESCRIPTION",
     "QUICK",
     "build_parser",
@@ -30,10 +31,12 @@ DESCRIPTION = (
     "path must keep (docs/performance.md)."
 )
 #: The baseline's rows (--save-baseline, --compare): the LLTM cell at these sizes (eager
-#: and fused, no torch.compile), the per-call cost of the types, the calls on a batch, and
-#: nn.LLTMSequence against nn.LSTM at these sizes and lengths.
+#: and fused, no torch.compile), the per-call cost of the types, the calls on a batch,
+#: nn.LLTMSequence against nn.LSTM at these sizes and lengths, and tensortools.ops with a
+#: ScalarTensor against the dense matrix at these N.
 BASELINE_LLTM_SIZES = LLTM_SIZES[:2]
 BASELINE_RECURRENT_SIZES, BASELINE_RECURRENT_STEPS = ((16, 32, 128),), (32,)
+BASELINE_SCALAR_SIZES = (256,)
 #: --quick: timed seconds per measurement and round, and rounds.
 QUICK = (0.1, 2)
 
@@ -197,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
     """Apply the selections the options make, in place: --quick's timing where none is
     given, the --...-only options, and the baseline's rows for --save-baseline and
-    --compare. Sets ``recurrent_sizes``, ``recurrent_steps`` and ``recurrent_cells``."""
+    --compare. Sets ``recurrent_sizes``, ``recurrent_steps``, ``recurrent_cells`` and
+    ``scalar_operators_only`` (the ScalarTensor table's operator rows alone)."""
     if args.min_run_time is None:
         args.min_run_time = QUICK[0] if args.quick else 0.5
     if args.rounds is None:
@@ -213,8 +217,10 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.recurrent_sizes = args.size or (BASELINE_RECURRENT_SIZES if baseline else RECURRENT_SIZES)
     args.recurrent_steps = args.steps or (BASELINE_RECURRENT_STEPS if baseline else RECURRENT_STEPS)
     args.recurrent_cells = not baseline
+    args.scalar_operators_only = baseline
     if baseline:
-        args.no_compile = args.no_sequence = args.no_conv_bn = args.no_scalar = True
+        args.no_compile = args.no_sequence = args.no_conv_bn = True
+        args.scalar_size = args.scalar_size or list(BASELINE_SCALAR_SIZES)
         args.size = args.size or list(BASELINE_LLTM_SIZES)
         args.recurrent = not args.no_recurrent
     return args

@@ -125,13 +125,22 @@ def lltm(input: Any, weights: Any, bias: Any, old_h: Any, old_cell: Any) -> Any:
     # kernel's pointwise pass then runs on the gates as in the cell.
     w_input = weights[:, s:]
     plain = all(type(t) is Tensor for t in (weights, bias, old_h, old_cell))
-    if plain and not _branch_free() and not hidden(weights):
+    eager = plain and not _branch_free() and not hidden(weights)
+    if eager:
         input_part, all_finite = scale_finite(w_input, pair[0])
         if not bool(all_finite):
             input_part = diagonal_product(input, w_input, left=False)
     else:
         input_part = diagonal_product(input, w_input, left=False)
-    gates = torch.addmm(input_part.t(), old_h, weights[:, :s].t()) + bias
+    # The bias joins the input's part first: an addmm onto a transposed matrix costs two
+    # passes more than onto a contiguous one, and an in-place addmm half an out-of-place
+    # one (and orders its sums as the C path's; under a transform, where old_h may be
+    # batched and the sum not, out of place).
+    gates = input_part.t() + bias
+    if eager:
+        gates.addmm_(old_h, weights[:, :s].t())
+    else:
+        gates = torch.addmm(gates, old_h, weights[:, :s].t())
     if plain:  # (no other type to hand the call to: the operator's own call)
         new_h, new_cell, _ = _gates_forward(gates, old_cell)
         return new_h, new_cell
