@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable
 from types import ModuleType
 
-__all__ = ["when_dynamo_loads"]
+__all__ = ["run_whole_when_entered", "when_dynamo_loads"]
 
 _DYNAMO = "torch._dynamo"
 _PENDING: list[Callable[[], None]] = []
@@ -34,6 +34,27 @@ def when_dynamo_loads(register: Callable[[], None]) -> Callable[[], None]:
         if not any(isinstance(f, _AfterDynamoImport) for f in sys.meta_path):
             sys.meta_path.insert(0, _AfterDynamoImport())
     return register
+
+
+def run_whole_when_entered(function: Callable) -> Callable:
+    """Make dynamo run ``function`` as written, with every call it makes, where it reaches
+    it as a frame of its own (a frame it runs eagerly: one it fell back to eager for, the
+    call at a graph break); traced from a compiled frame, it is inlined as ever. For the
+    __torch_function__ frames: compiled on their own, their graphs are not guarded on
+    ``func`` where it is a method or slot descriptor (``Tensor.add``, ``Tensor.__add__``)
+    or a property's getter (dynamo guards none of them), and a later call of another
+    function with the same arguments ran the first one's graph. Returns ``function``."""
+    code = function.__code__
+
+    def _run_whole() -> None:
+        from torch._dynamo.eval_frame import set_code_exec_strategy
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+        set_code_exec_strategy(code, FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP))
+
+    _run_whole.__qualname__ = f"run_whole_when_entered({function.__qualname__})"
+    when_dynamo_loads(_run_whole)
+    return function
 
 
 def _loaded() -> bool:

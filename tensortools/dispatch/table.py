@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 from torch.overrides import _is_torch_function_mode_enabled
 
+from tensortools._compiler import run_whole_when_entered
 from tensortools._settings import ClassSetting, register_owner
 from tensortools.dispatch.binding import (
     HandlerShape,
@@ -289,6 +290,7 @@ class TorchFunctionTable:
         return False
 
     @classmethod
+    @run_whole_when_entered
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}

@@ -15,6 +15,7 @@ from torch.overrides import (
     has_torch_function,
 )
 
+from tensortools._compiler import run_whole_when_entered
 from tensortools.dispatch.table import (
     POLICY,
     TorchFunctionTable,
@@ -42,6 +43,7 @@ class TensorLike(TorchFunctionTable):
     __hash__ = object.__hash__  # defining __eq__ below would otherwise unset it
 
     @classmethod
+    @run_whole_when_entered
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         with refusing_endless_recursion(cls, func):
             return TorchFunctionTable.__torch_function__.__func__(cls, func, types, args, kwargs)

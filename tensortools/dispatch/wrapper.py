@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.overrides import _is_torch_function_mode_enabled
 
-from tensortools._compiler import when_dynamo_loads
+from tensortools._compiler import run_whole_when_entered, when_dynamo_loads
 from tensortools._native import C as _C
 from tensortools.dispatch import polyfills  # noqa: F401  (what torch.compile traces instead)
 from tensortools.dispatch.compiled_path import (
@@ -150,6 +150,7 @@ class TensorWrapper(TorchFunctionTable, Tensor, metaclass=_RecordedClass):
             return TorchFunctionTable.__torch_function__.__func__(cls, func, types, args, kwargs)
 
     @classmethod
+    @run_whole_when_entered
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         # A Python frame around the compiled function, so that torch.compile, which cannot
         # trace C, reaches a call of it and traces its Python stand-in instead

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from tensortools import _spec as coverage_spec
+from tensortools._compiler import run_whole_when_entered
 from tensortools._native import C as _C
 from tensortools.dispatch import TensorLike
 from tensortools.dispatch.table import refusing_endless_recursion
@@ -83,6 +84,7 @@ class ScalarTensor(TensorLike):
     fallback = classmethod(in_place.fallback)
 
     @classmethod
+    @run_whole_when_entered
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         # A Python frame around the compiled function (which torch.compile traces as its
         # stand-in, tensortools.dispatch.polyfills), and the Python path under a
