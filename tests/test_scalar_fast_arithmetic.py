@@ -11,12 +11,17 @@ import math
 
 import pytest
 import torch
-from _support.scalar_cases import SWEEP_DTYPES, special_values
+from _support.scalar_cases import (
+    SWEEP_DTYPES,
+    LoggingMode,
+    python_path,
+    result_or_error,
+    special_values,
+)
 from _support.scalar_cases import bits as _bits
 
 from tensortools import ScalarTensor
 from tensortools.types.scalar import FastCode
-from tensortools.types.scalar.tensor import FastRecord
 
 SIZES = [0, 1, 5]
 
@@ -47,18 +52,6 @@ FORMS = {
 NUMBERS = [2, -3, 0, True, False, 0.5, -0.0, math.inf, math.nan, 1e300, 1 - 2j, 2**70]
 
 
-@contextlib.contextmanager
-def _python_path():
-    """The compiled path off: its record lists no function, so every call takes the
-    Python path (the handlers themselves)."""
-    saved = ScalarTensor._fast
-    ScalarTensor._fast = FastRecord(ScalarTensor, {})
-    try:
-        yield
-    finally:
-        ScalarTensor._fast = saved
-
-
 def _same_values(a, b):
     """Whether two tensors of one dtype hold the same values (NaN equal to NaN)."""
     if a.is_complex():
@@ -69,13 +62,6 @@ def _same_values(a, b):
         return torch.equal(a, b)
     nan = a.isnan()
     return torch.equal(nan, b.isnan()) and torch.equal(a[~nan], b[~nan])
-
-
-def _outcome(call):
-    try:
-        return call(), None
-    except Exception as err:  # noqa: BLE001  (compared between the paths)
-        return None, (type(err), str(err))
 
 
 def _dense(x):
@@ -108,14 +94,14 @@ def _sweep(form):
         for i, n in enumerate(SIZES):
             for k, value in enumerate(values[i % 2 :: 2] if n else values[:3]):
                 for x, y in _operands(dtype, value, n, k + i):
-                    got, got_err = _outcome(lambda x=x, y=y: fn(x, y))
-                    with _python_path():
-                        want, want_err = _outcome(lambda x=x, y=y: fn(x, y))
+                    got, got_err = result_or_error(lambda x=x, y=y: fn(x, y))
+                    with python_path():
+                        want, want_err = result_or_error(lambda x=x, y=y: fn(x, y))
                     case = (form, dtype, value, n, repr(x), repr(y))
                     assert got_err == want_err, (*case, got_err, want_err)
                     if got_err is None:
                         assert _bits(got) == _bits(want), case
-                    dense, dense_err = _outcome(lambda x=x, y=y: fn(_dense(x), _dense(y)))
+                    dense, dense_err = result_or_error(lambda x=x, y=y: fn(_dense(x), _dense(y)))
                     if got_err is not None and dense_err is None:  # (no broadcasting)
                         assert "sizes differ" in got_err[1], (*case, got_err)
                     assert got_err is not None or dense_err is None, (*case, dense_err)
@@ -201,27 +187,15 @@ _COMPUTING = {
 }
 
 
-class _Logging(torch.overrides.TorchFunctionMode):
-    def __init__(self, log):
-        super().__init__()
-        self.log = log
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.log.append(getattr(func, "__name__", repr(func)))
-        if not all(issubclass(t, torch.Tensor) for t in types):
-            return NotImplemented  # (ScalarTensor's own then runs, with this mode active)
-        return func(*args, **(kwargs or {}))
-
-
 def test_modes_see_the_same_calls_on_both_paths():
     # the handlers call torch's functions, which an active mode sees (on the probes, on the
     # pairs); so does this path
     d, e = ScalarTensor(3, 1.5), ScalarTensor(3, -2.0)
     forms = [FORMS[f] for f in ("x + y", "x * y", "x @ y", "add alpha=2", "x - y")]
     results, logs = [], []
-    for switch in (contextlib.nullcontext, _python_path):
+    for switch in (contextlib.nullcontext, python_path):
         log = []
-        with switch(), _Logging(log), _Logging(log):
+        with switch(), LoggingMode(log), LoggingMode(log):
             results.append([_bits(f(d, e)) for f in forms] + [_bits(d * 2), _bits(d / 4)])
         logs.append([f for f in log if f in _COMPUTING])
     assert results[0] == results[1] and logs[0] == logs[1]

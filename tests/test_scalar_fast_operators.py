@@ -11,37 +11,24 @@ import math
 import pytest
 import torch
 from _support.frames import python_calls
-from _support.scalar_cases import SWEEP_DTYPES, special_values
+from _support.scalar_cases import (
+    SWEEP_DTYPES,
+    LoggingMode,
+    python_path,
+    result_or_error,
+    special_values,
+)
 from _support.scalar_cases import bits as _bits
 
 from tensortools import ScalarTensor, ops
 from tensortools.types.scalar import FastCode
 from tensortools.types.scalar.common import KERNEL_DTYPES
-from tensortools.types.scalar.tensor import FastRecord
 
 SIZES = [0, 1, 5]
 #: The numbers a call passes: Python ints, floats and bools, special ones, beyond the
 #: half types' range, beyond a double's (an int), and kinds the C path leaves to Python.
 NUMBERS = [2, -3, 0, True, False, 0.5, -0.0, 1e-40, 7e4, 1e39, 2**70, 10**400]
 NUMBERS += [math.inf, -math.inf, math.nan, 1 - 2j, "2", None]
-
-
-@contextlib.contextmanager
-def _python_path():
-    """The compiled path off: every call takes the Python path (the handlers)."""
-    saved = ScalarTensor._fast
-    ScalarTensor._fast = FastRecord(ScalarTensor, {})
-    try:
-        yield
-    finally:
-        ScalarTensor._fast = saved
-
-
-def _outcome(call):
-    try:
-        return call(), None
-    except Exception as err:  # noqa: BLE001  (compared between the paths)
-        return None, (type(err), str(err))
 
 
 def _dense(x):
@@ -90,9 +77,9 @@ def test_both_paths_alike_and_equal_to_dense(dtype):
             d = ScalarTensor(n, value, dtype=dtype)
             for number in NUMBERS:
                 for name, call in _calls(d, number, _others(d, dtype, n)):
-                    got, got_err = _outcome(call)
-                    with _python_path():
-                        want, want_err = _outcome(call)
+                    got, got_err = result_or_error(call)
+                    with python_path():
+                        want, want_err = result_or_error(call)
                     case = (name, dtype, value, n, number)
                     assert got_err == want_err, (*case, got_err, want_err)
                     calls += 1
@@ -153,7 +140,7 @@ def test_other_calls_take_the_python_path():
         lambda: ops.axpby(d, torch.ones(3, 3, requires_grad=True), 1.0, 1.0),
         lambda: ops.scale(ScalarTensor(3, 2, dtype=torch.int64), 2),
     ]:
-        names, _ = python_calls(lambda: _outcome(form), under="tensortools/types")
+        names, _ = python_calls(lambda: result_or_error(form), under="tensortools/types")
         assert "python_torch_function" in names
 
 
@@ -181,25 +168,13 @@ def test_a_subclass_handler_of_its_own_takes_python():
     assert type(inherited) is ScalarTensor and inherited.value == 3.0
 
 
-class _Logging(torch.overrides.TorchFunctionMode):
-    def __init__(self, log):
-        super().__init__()
-        self.log = log
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.log.append(getattr(func, "__name__", repr(func)))
-        if not all(issubclass(t, torch.Tensor) for t in types):
-            return NotImplemented  # (ScalarTensor's own then runs, with this mode active)
-        return func(*args, **(kwargs or {}))
-
-
 def test_modes_and_autocast_see_the_python_path():
     # an active mode sees the handlers' own calls (on the pairs): so the C path steps aside
     d, e = ScalarTensor(3, 1.5), ScalarTensor(3, -2.0)
     results, logs = [], []
-    for switch in (contextlib.nullcontext, _python_path):
+    for switch in (contextlib.nullcontext, python_path):
         log = []
-        with switch(), _Logging(log):
+        with switch(), LoggingMode(log):
             results.append([_bits(ops.scale(d, 2.0)), _bits(ops.axpby(d, e, 2.0, 1.0))])
         logs.append(log)
     assert results[0] == results[1] and logs[0] == logs[1] and "scale" in logs[0]
@@ -256,9 +231,9 @@ def test_lltm_and_graph_conv_take_both_paths_alike(op, dtype):
     fn, cases = (ops.lltm, _lltm_cases) if op == "lltm" else (ops.graph_conv, _graph_conv_cases)
     answered = 0
     for args in cases(dtype):
-        names, got = python_calls(lambda: _outcome(lambda: fn(*args)), under="tensortools/")
-        with _python_path():
-            want = _outcome(lambda: fn(*args))
+        names, got = python_calls(lambda: result_or_error(lambda: fn(*args)), under="tensortools/")
+        with python_path():
+            want = result_or_error(lambda: fn(*args))
         assert got[1] == want[1], (args, got[1], want[1])
         if got[1] is None:
             got_t = got[0] if isinstance(got[0], tuple) else (got[0],)
@@ -314,7 +289,7 @@ def test_a_dual_pair_keeps_its_tangent_on_both_paths():
             return [fwAD.unpack_dual(_dense(o)).tangent for o in outs]
 
     got = tangents()
-    with _python_path():
+    with python_path():
         want = tangents()
     eye = torch.eye(3)
     for g, w, scale in zip(got, want, (4.5, 1.5, 3.0, 3.0, 3.0)):

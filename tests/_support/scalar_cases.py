@@ -1,6 +1,7 @@
 """ScalarTensor calls, each run on ScalarTensors and on their dense matrices, and how
 their results compare. Shared by the handler tests and the fuzz tests."""
 
+import contextlib
 import math
 
 import torch
@@ -359,3 +360,41 @@ def bits(x):
     if t.is_floating_point():
         t = t.contiguous().view(_SAME_SIZE_INT[t.element_size()])
     return (type(x), x.dtype, tuple(x.shape), t.flatten().tolist())
+
+
+@contextlib.contextmanager
+def python_path():
+    """ScalarTensor's compiled path off: its record lists no function, so every call takes
+    the Python path (the handlers themselves, which define the behaviour)."""
+    from tensortools.types.scalar.tensor import FastRecord
+
+    saved = ScalarTensor._fast
+    ScalarTensor._fast = FastRecord(ScalarTensor, {})
+    try:
+        yield
+    finally:
+        ScalarTensor._fast = saved
+
+
+def result_or_error(call):
+    """(call(), None), or (None, (type, message)) of what it raised: compared between the
+    compiled path and the Python path."""
+    try:
+        return call(), None
+    except Exception as err:  # noqa: BLE001
+        return None, (type(err), str(err))
+
+
+class LoggingMode(torch.overrides.TorchFunctionMode):
+    """A mode that logs every function's name into ``log`` and runs calls of tensors only
+    (a call with a ScalarTensor is declined: ScalarTensor's own runs, this mode active)."""
+
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.log.append(getattr(func, "__name__", repr(func)))
+        if not all(issubclass(t, torch.Tensor) for t in types):
+            return NotImplemented
+        return func(*args, **(kwargs or {}))
