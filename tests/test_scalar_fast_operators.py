@@ -295,3 +295,50 @@ def test_a_dual_pair_keeps_its_tangent_on_both_paths():
     for g, w, scale in zip(got, want, (4.5, 1.5, 3.0, 3.0, 3.0)):
         assert g is not None and torch.equal(g, w)
         torch.testing.assert_close(g, scale * eye)
+
+
+def test_threads_calling_while_another_switches_the_path():
+    # four threads call through C while a fifth switches the class's record between the
+    # compiled path and none: every result equals the Python path's, bit for bit
+    import threading
+
+    d, e, t = ScalarTensor(6, 1.5), ScalarTensor(6, -2.0), torch.randn(6, 6)
+    w, b, h, c = torch.randn(6, 8), torch.randn(6), torch.randn(6, 2), torch.randn(6, 2)
+    weight = torch.randn(3, 4)
+    calls = [
+        lambda: ops.scale(d, 3.0),
+        lambda: ops.add_diagonal(d, 1),
+        lambda: ops.axpby(d, e, 2.0, -1.0),
+        lambda: ops.axpby(d, t, 0.5, 2.0),
+        lambda: ops.lltm(d, w, b, h, c),
+        lambda: ops.graph_conv(d, t[:, :3], weight, None),
+    ]
+    with python_path():
+        want = [_bits_of(call()) for call in calls]
+    wrong, done = [], threading.Event()
+
+    def caller():
+        for _ in range(200):
+            for k, call in enumerate(calls):
+                if _bits_of(call()) != want[k]:
+                    wrong.append(k)
+
+    def switcher():
+        while not done.is_set():
+            with python_path():
+                pass
+
+    threads = [threading.Thread(target=caller) for _ in range(4)]
+    other = threading.Thread(target=switcher)
+    other.start()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    done.set()
+    other.join()
+    assert wrong == []
+
+
+def _bits_of(result):
+    return [_bits(r) for r in (result if isinstance(result, tuple) else (result,))]
